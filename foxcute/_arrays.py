@@ -1,0 +1,229 @@
+"""Input checking shared by every layer, and the few array operations the layers need on
+NumPy, CuPy and torch alike.
+
+Every public function validates all of its inputs with a `Checker` before anything is
+launched or allocated, so a bad call raises `FoxcuteInputError` naming the argument, what
+was expected and what was given, and writes nothing.
+
+Array kinds:
+  "numpy"  the reference backend's inputs (any real float dtype; computed in float64)
+  "cupy"   a cupy.ndarray on a CUDA device
+  "torch"  a torch.Tensor on a CUDA device
+GPU backends take cupy or torch, float32 and C-contiguous, all on one device, and return
+the kind they were given. Nothing here imports cupy or torch unless such an array is passed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+
+class FoxcuteInputError(ValueError):
+    """A layer was called with an argument it cannot take."""
+
+
+class BackendError(ValueError):
+    """The requested backend (or implementation) is not offered for this layer."""
+
+
+def array_kind(x: Any) -> str | None:
+    """"numpy", "cupy", "torch", or None for anything else (checked without importing
+    cupy or torch: a module that is not loaded cannot have made the object)."""
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return "cupy"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return "torch"
+    return None
+
+
+def _describe(x: Any) -> str:
+    kind = array_kind(x)
+    if kind is None:
+        return type(x).__name__
+    if kind == "torch":
+        return f"torch.Tensor on {x.device}"
+    return f"{kind} array"
+
+
+def _dtype_name(x: Any) -> str:
+    return str(x.dtype).replace("torch.", "")
+
+
+def _is_c_contiguous(x: Any, kind: str) -> bool:
+    if kind == "torch":
+        return x.is_contiguous()
+    return x.flags.c_contiguous
+
+
+def _data_ptr(x: Any, kind: str) -> int:
+    return x.data_ptr() if kind == "torch" else x.data.ptr
+
+
+def _device_id(x: Any, kind: str) -> int | None:
+    if kind == "numpy":
+        return None
+    if kind == "cupy":
+        return x.device.id
+    return x.device.index if x.device.type == "cuda" else None
+
+
+class Checker:
+    """Checks the arguments of one call against each other.
+
+    Shapes are written with names: `check("W_A", W_A, ("SH2", "D"))` binds SH2 and D on
+    first sight and demands the same sizes from every later argument, so a mismatch names
+    both the argument and the dimension. `gpu=True` demands float32, C-contiguous CUDA
+    arrays (cupy or torch), all of one kind and on one device.
+    """
+
+    def __init__(self, where: str, *, gpu: bool):
+        self.where = where
+        self.gpu = gpu
+        self.dims: dict[str, int] = {}
+        self._dim_source: dict[str, str] = {}
+        self.kind: str | None = None
+        self.device: int | None = None
+        self._first: str | None = None
+
+    def fail(self, name: str, message: str) -> FoxcuteInputError:
+        return FoxcuteInputError(f"{self.where}: argument '{name}' {message}")
+
+    def array(self, name: str, x: Any, shape: Sequence[str | int], *, dtype: str = "float32") -> Any:
+        kind = array_kind(x)
+        if self.gpu:
+            if kind not in ("cupy", "torch") or _device_id(x, kind) is None:
+                raise self.fail(name, f"must be a CUDA array (cupy.ndarray or torch CUDA tensor) "
+                                      f"for a GPU backend, got {_describe(x)}")
+        elif kind != "numpy":
+            raise self.fail(name, f"must be a numpy.ndarray for the reference backend, got {_describe(x)}")
+        if self.kind is None:
+            self.kind, self.device, self._first = kind, _device_id(x, kind), name
+        elif kind != self.kind:
+            raise self.fail(name, f"is a {kind} array but '{self._first}' is a {self.kind} array; "
+                                  f"pass all arrays of one kind")
+        elif _device_id(x, kind) != self.device:
+            raise self.fail(name, f"is on CUDA device {_device_id(x, kind)} but '{self._first}' is on "
+                                  f"device {self.device}")
+        self._check_dtype(name, x, kind, dtype)
+        self._check_shape(name, tuple(x.shape), shape)
+        if self.gpu and not _is_c_contiguous(x, kind):
+            raise self.fail(name, f"must be C-contiguous (row-major, no strides), got strides "
+                                  f"{tuple(x.stride()) if kind == 'torch' else x.strides}; "
+                                  f"pass a contiguous copy")
+        if self.gpu and _data_ptr(x, kind) % 16:
+            raise self.fail(name, "must start on a 16-byte boundary (the kernels load 128 bits "
+                                  "at a time); pass a fresh allocation or a copy")
+        return x
+
+    def _check_dtype(self, name: str, x: Any, kind: str, dtype: str) -> None:
+        got = _dtype_name(x)
+        if dtype == "float32":
+            ok = got == "float32" if self.gpu else got in ("float16", "float32", "float64")
+            want = "float32" if self.gpu else "a float dtype (float16/32/64)"
+        elif dtype == "int":
+            ok = got in ("int32", "int64")
+            want = "int32 or int64"
+        else:
+            raise AssertionError(dtype)
+        if not ok:
+            raise self.fail(name, f"must have dtype {want}, got {got}")
+
+    def _check_shape(self, name: str, got: tuple[int, ...], want: Sequence[str | int]) -> None:
+        if len(got) != len(want):
+            raise self.fail(name, f"must have {len(want)} dimension(s) "
+                                  f"[{', '.join(map(str, want))}], got shape {got}")
+        for axis, (size, dim) in enumerate(zip(got, want)):
+            if isinstance(dim, int):
+                if size != dim:
+                    raise self.fail(name, f"must have size {dim} on axis {axis}, got shape {got}")
+            elif dim in self.dims:
+                if size != self.dims[dim]:
+                    raise self.fail(name, f"has {dim}={size} on axis {axis} (shape {got}), but "
+                                          f"'{self._dim_source[dim]}' gives {dim}={self.dims[dim]}")
+            else:
+                if size < 1:
+                    raise self.fail(name, f"must have {dim} >= 1 on axis {axis}, got shape {got}")
+                self.dims[dim] = size
+                self._dim_source[dim] = name
+
+    def scalar(self, name: str, value: Any) -> float:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise self.fail(name, f"must be a real number, got {value!r}") from None
+        if not np.isfinite(v):
+            raise self.fail(name, f"must be finite, got {v}")
+        return v
+
+    def dim_range(self, dim: str, lo: int, hi: int | None, why: str) -> None:
+        """Reject a bound size outside what a kernel supports."""
+        size = self.dims[dim]
+        if size < lo or (hi is not None and size > hi):
+            bound = f"{lo} <= {dim}" + (f" <= {hi}" if hi is not None else "")
+            raise FoxcuteInputError(f"{self.where}: {dim}={size} (from '{self._dim_source[dim]}') is "
+                                    f"outside the supported range {bound} ({why})")
+
+    def dim_multiple(self, dim: str, multiple: int, why: str) -> None:
+        size = self.dims[dim]
+        if size % multiple:
+            raise FoxcuteInputError(f"{self.where}: {dim}={size} (from '{self._dim_source[dim]}') must "
+                                    f"be a multiple of {multiple} ({why})")
+
+    def actions(self, name: str, a: Any, num_actions: int) -> None:
+        """Every action index must lie in [0, A). Reads the array (a device sync on GPU)."""
+        lo, hi = _min_max(a, self.kind)
+        if lo < 0 or hi >= num_actions:
+            bad = lo if lo < 0 else hi
+            raise self.fail(name, f"holds action index {bad}, outside [0, {num_actions}) "
+                                  f"(A={num_actions} from W1's columns)")
+
+
+def _min_max(a: Any, kind: str) -> tuple[int, int]:
+    if a.shape[0] == 0:
+        return 0, 0
+    return int(a.min()), int(a.max())
+
+
+def check_backend(where: str, backend: str, offered: Sequence[str]) -> None:
+    if backend not in offered:
+        raise BackendError(f"{where}: backend {backend!r} is not offered; available: "
+                           f"{', '.join(repr(b) for b in offered)}")
+
+
+def check_choice(where: str, name: str, value: str, offered: Sequence[str]) -> None:
+    if value not in offered:
+        raise BackendError(f"{where}: {name}={value!r} is not offered; available: "
+                           f"{', '.join(repr(b) for b in offered)}")
+
+
+def to_float64(*arrays: np.ndarray) -> list[np.ndarray]:
+    return [np.asarray(a, dtype=np.float64) for a in arrays]
+
+
+def empty(like: Any, shape: Sequence[int], dtype: str = "float32") -> Any:
+    """An uninitialised array of `like`'s kind, on its device and allocator (torch's caching
+    allocator keeps allocations made during graph capture in the graph's pool)."""
+    kind = array_kind(like)
+    if kind == "torch":
+        import torch
+
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=like.device)
+    if kind == "cupy":
+        import cupy
+
+        with like.device:
+            return cupy.empty(tuple(shape), dtype=dtype)
+    return np.empty(tuple(shape), dtype=dtype)
+
+
+def zeros(like: Any, shape: Sequence[int], dtype: str = "float32") -> Any:
+    out = empty(like, shape, dtype)
+    out[...] = 0
+    return out

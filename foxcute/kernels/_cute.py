@@ -1,0 +1,93 @@
+"""What every CuTe DSL kernel in foxcute shares: importing the DSL for the right target,
+compiling once per static configuration, and handing device arrays to compiled kernels.
+
+Kernels take raw global-memory pointers and int32 sizes, and build their tensors inside the
+jit function. That one calling convention serves cupy and torch alike, costs no DLPack
+round trip per launch, and compiles on a machine without a GPU from null pointers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+# The DSL reads its target at import. Without a GPU it would silently target sm_100a; every
+# kernel here is written for Hopper, so make sm_90a the default unless the caller chose.
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+import cuda.bindings.driver as cuda  # noqa: E402
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass.cute.runtime import make_ptr  # noqa: E402
+
+ARCH = os.environ["CUTE_DSL_ARCH"]
+ALIGN = 16  # bytes; every kernel assumes its arrays start on a 128-bit boundary
+
+_compile_lock = threading.Lock()  # cute.compile is not thread-safe
+
+
+class CompiledCache:
+    """Compiled executors keyed by a kernel's static parameters (cute.compile has no cache
+    of its own). `keep=True` keeps the PTX and cubin for inspection."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, Any] = {}
+
+    def get(self, key: tuple, build: Callable[[], Any]) -> Any:
+        fn = self._entries.get(key)
+        if fn is None:
+            with _compile_lock:
+                fn = self._entries.get(key)
+                if fn is None:
+                    fn = build()
+                    self._entries[key] = fn
+        return fn
+
+
+def compile_kernel(jit_fn: Callable, *args: Any, keep: bool = False) -> Any:
+    """cute.compile, keeping PTX and cubin when asked (CI checks them)."""
+    if keep:
+        return cute.compile[cute.KeepPTX, cute.KeepCUBIN](jit_fn, *args)
+    return cute.compile(jit_fn, *args)
+
+
+def fake_ptr(dtype: type = cutlass.Float32) -> cute.Pointer:
+    """A null global pointer with the alignment the kernels assume: enough to compile."""
+    return make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=ALIGN)
+
+
+def fake_stream() -> cuda.CUstream:
+    return cuda.CUstream(0)
+
+
+def data_ptr(x: Any) -> int:
+    """Device address of a cupy array or torch tensor."""
+    return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
+
+
+def gmem_ptr(x: Any, dtype: type = cutlass.Float32) -> cute.Pointer:
+    return make_ptr(dtype, data_ptr(x), cute.AddressSpace.gmem, assumed_align=ALIGN)
+
+
+def current_stream(x: Any) -> cuda.CUstream:
+    """The array library's current stream, fetched at call time so that a launch inside
+    `torch.cuda.graph(...)` or a cupy stream capture lands in the graph being captured."""
+    if hasattr(x, "data_ptr"):
+        import torch
+
+        return cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream)
+    import cupy
+
+    return cuda.CUstream(cupy.cuda.get_current_stream().ptr)
+
+
+def sm_count(x: Any) -> int:
+    """Multiprocessors of the device holding x (sizes persistent grids)."""
+    if hasattr(x, "data_ptr"):
+        import torch
+
+        return torch.cuda.get_device_properties(x.device).multi_processor_count
+    import cupy
+
+    return cupy.cuda.Device(x.device.id).attributes["MultiProcessorCount"]
