@@ -28,6 +28,7 @@ def column_sum(G: Any, *, backend: str = "reference") -> Any:
         return reference(G)
     from .kernels import column_sum as kernel
 
+    kernel.check_sizes(chk)
     return kernel.column_sum(G)
 
 

@@ -91,3 +91,22 @@ def sm_count(x: Any) -> int:
     import cupy
 
     return cupy.cuda.Device(x.device.id).attributes["MultiProcessorCount"]
+
+
+def ptxas_report(jit_fn: Callable, *args: Any) -> dict[str, int]:
+    """Compile once more with ptxas' remarks on and return its resource report for the
+    kernel: registers, stack frame and spill bytes (what CI checks: no spills)."""
+    import re
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "ptxas.yaml")
+        with _compile_lock:
+            cute.compile(jit_fn, *args, options=f"--remark-filter ptxas --remark-output {path}")
+        text = open(path).read()
+    used = re.search(r"Used (\d+) registers", text)
+    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    if not used or not frame:
+        raise RuntimeError(f"no ptxas resource report in:\n{text}")
+    return {"registers": int(used.group(1)), "stack_frame": int(frame.group(1)),
+            "spill_stores": int(frame.group(2)), "spill_loads": int(frame.group(3))}

@@ -1,0 +1,46 @@
+"""Command line: `foxcute run ...` (also `python -m foxcute run ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import runner
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="foxcute", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the notebooks with papermill into a new run folder",
+                         description=runner.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--preset", default="auto", choices=["auto", *runner.PRESETS],
+                     help="parameter set: cpu, h200, or auto (h200 where a GPU is usable, else cpu)")
+    run.add_argument("--notebook", action="append", dest="notebooks", metavar="NAME",
+                     help="run only this notebook (stem or file name); repeatable; default: all")
+    run.add_argument("--param", action="append", dest="params", default=[], metavar="NAME=VALUE",
+                     help="override a notebook parameter, parsed by the type of its default; repeatable")
+    run.add_argument("--out", type=Path, default=runner.DEFAULT_OUT,
+                     help="folder that receives the run folder and the index README.md")
+    run.add_argument("--timeout-cell", type=float, default=runner.DEFAULT_CELL_TIMEOUT_S, metavar="S",
+                     help="seconds any one cell may run (default %(default)s)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not sys.stderr.isatty():  # CI: papermill streams each cell's output as log lines
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    try:
+        code, _ = runner.run(preset=args.preset, notebook_names=args.notebooks, param_pairs=args.params,
+                             out_dir=args.out, cell_timeout_s=args.timeout_cell)
+    except runner.RunnerError as exc:
+        print(f"foxcute run: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Naive column sum (spec section 3), the trainer's "before" kernel: one thread per column,
+each looping over all M rows. For the IQN head's bias gradient (N = 3) that is 3 working
+threads for 524288 rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._arrays import Checker
+from . import _naive
+
+
+def check_sizes(chk: Checker) -> None:
+    """Dims M, N (G is [M, N])."""
+    _naive.check_int32_extent(chk, "G", "M", "N")
+
+
+def column_sum(G: Any) -> Any:
+    """out[n] = sum_m G[m, n] for a validated float32 [M, N] device array."""
+    rows, cols = G.shape
+    return _naive.batch_sum_new(G, None, rows, cols)
+
+
+def compiled_for_ci() -> dict[str, Any]:
+    return {"column_sum": _naive.compiled_batch_sums_for_ci()["batch_sum_x"]}

@@ -1,0 +1,341 @@
+"""Runs the notebooks with papermill into one run folder per call, and indexes the runs.
+
+A run folder papermill_runs/<utc>_<gpu-or-cpu>_<commit>/ holds each executed notebook (kept,
+partial, when it failed), the side files the notebooks wrote (results_<notebook>.json, CSV,
+PNG), and what the runner makes of them:
+  manifest.json  each notebook's status and seconds, the parameters, the provenance
+  results.json   {"provenance": {...}, "records": [...]}: every notebook's records merged
+  summary.md     a headline table of the records and the notebook statuses
+papermill_runs/README.md is regenerated after every run: an index of all run folders.
+
+Parameters are typed: a preset is a dict of Python values, and a `--param name=value` string
+is parsed by the type of that parameter's default in the notebook (papermill's own -p guesses
+types from the string alone, e.g. a hex commit can become a float).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from . import provenance
+
+REPO_ROOT = provenance.REPO_ROOT
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+DEFAULT_OUT = REPO_ROOT / "papermill_runs"
+DEFAULT_CELL_TIMEOUT_S = 1200
+
+# Typed parameter values per preset. A notebook receives the entries it declares.
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": {
+        "device": "cpu",
+        "backends": "reference",
+        "seed": 0,
+        "batch": 8192,
+        "cpu_batch": 64,
+        "compile_report": True,
+    },
+    "h200": {
+        "device": "gpu",
+        "backends": "all",
+        "seed": 0,
+        "batch": 8192,
+        "warmup": 5,
+        "reps": 100,
+        "repeats": 3,
+        "compile_report": False,
+    },
+}
+
+STATUSES = ("ok", "failed", "timeout", "dead_kernel")
+
+
+class RunnerError(ValueError):
+    """A run was asked for with a notebook, preset or parameter that does not exist."""
+
+
+def notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
+    return sorted(notebook_dir.glob("[0-9][0-9]_*.ipynb"))
+
+
+def resolve_preset(name: str) -> str:
+    """"auto" is "h200" where a GPU is usable, else "cpu"."""
+    if name == "auto":
+        return "h200" if provenance.gpu_available() else "cpu"
+    if name not in PRESETS:
+        raise RunnerError(f"unknown preset {name!r}; choose from auto, {', '.join(PRESETS)}")
+    return name
+
+
+def select_notebooks(names: Sequence[str] | None, notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
+    available = notebooks(notebook_dir)
+    if not names:
+        return available
+    by_name = {p.stem: p for p in available}
+    chosen = []
+    for name in names:
+        stem = Path(name).stem
+        if stem not in by_name:
+            raise RunnerError(f"no notebook {name!r} in {notebook_dir}; available: {', '.join(by_name)}")
+        chosen.append(by_name[stem])
+    return chosen
+
+
+def declared_parameters(notebook: Path) -> dict[str, Any]:
+    """The notebook's `parameters` cell as {name: default value}, via papermill's parser."""
+    import papermill
+
+    inferred = papermill.inspect_notebook(str(notebook))
+    return {name: ast.literal_eval(p["default"]) for name, p in inferred.items()}
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_value(name: str, text: str, default: Any) -> Any:
+    """Parse `text` as the type of `default` (bool, int, float, str)."""
+    try:
+        if isinstance(default, bool):
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise ValueError("expected true/false")
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+        if isinstance(default, str):
+            return text
+    except ValueError as exc:
+        raise RunnerError(f"--param {name}={text!r}: not a {type(default).__name__} ({exc})") from None
+    raise RunnerError(f"--param {name}: parameter of type {type(default).__name__} cannot be set "
+                      f"from the command line")
+
+
+def parse_overrides(pairs: Sequence[str], declared: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """["name=value", ...] -> typed dict, checked against the notebooks' declared parameters
+    ({notebook: {name: default}}). Unknown names are an error (papermill only warns)."""
+    known: dict[str, Any] = {}
+    for params in declared.values():
+        for name, default in params.items():
+            known.setdefault(name, default)
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise RunnerError(f"--param {pair!r}: expected name=value")
+        if name == "output_dir":
+            raise RunnerError("--param output_dir: set by the runner (use --out)")
+        if name not in known:
+            raise RunnerError(f"--param {name}: no selected notebook declares it; known parameters: "
+                              f"{', '.join(sorted(n for n in known if n != 'output_dir'))}")
+        out[name] = parse_value(name, text, known[name])
+    return out
+
+
+def notebook_parameters(declared: dict[str, Any], preset: dict[str, Any], overrides: dict[str, Any],
+                        output_dir: Path) -> dict[str, Any]:
+    """What one notebook receives: the preset's and the overrides' entries it declares."""
+    params = {k: v for k, v in preset.items() if k in declared}
+    params.update({k: v for k, v in overrides.items() if k in declared})
+    if "output_dir" in declared:
+        params["output_dir"] = str(output_dir)
+    return params
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def run_folder_name(prov: dict[str, Any]) -> str:
+    stamp = prov["utc"].replace("-", "").replace(":", "")
+    device = _slug(prov["gpu"]) if prov.get("gpu") else "cpu"
+    commit = (prov.get("git_commit") or "nocommit")[:8]
+    if prov.get("git_dirty"):
+        commit += "-dirty"
+    return f"{stamp}_{device}_{commit}"
+
+
+@contextlib.contextmanager
+def _kernel_environment() -> Iterator[None]:
+    """The notebooks' kernels import this very foxcute, draw no GUI, and show no tqdm bars."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "MPLBACKEND")}
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    os.environ["MPLBACKEND"] = "Agg"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def execute(notebook: Path, output: Path, params: dict[str, Any], *, cell_timeout_s: float | None,
+            progress_bar: bool, cwd: Path) -> dict[str, Any]:
+    """Run one notebook; return its manifest entry. The executed notebook is written to
+    `output` whether it finished or not."""
+    import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    entry: dict[str, Any] = {"name": notebook.stem, "status": "ok"}
+    start = time.perf_counter()
+    try:
+        with _kernel_environment():
+            papermill.execute_notebook(
+                str(notebook), str(output), parameters=params, kernel_name="python3",
+                language="python", cwd=str(cwd), execution_timeout=cell_timeout_s,
+                progress_bar=progress_bar, log_output=not progress_bar)
+    except papermill.PapermillExecutionError as exc:
+        entry["status"] = "failed"
+        entry["error"] = {"cell_index": exc.cell_index, "ename": exc.ename, "evalue": exc.evalue}
+    except CellTimeoutError as exc:
+        entry["status"] = "timeout"
+        entry["error"] = {"ename": "CellTimeoutError", "evalue": str(exc).splitlines()[0],
+                          "timeout_s": cell_timeout_s}
+    except DeadKernelError as exc:
+        entry["status"] = "dead_kernel"
+        entry["error"] = {"ename": "DeadKernelError", "evalue": str(exc)}
+    entry["seconds"] = round(time.perf_counter() - start, 2)
+    return entry
+
+
+def merge_results(run_dir: Path, prov: dict[str, Any]) -> dict[str, Any]:
+    """results.json from the notebooks' results_*.json side files: their records, in notebook
+    order, under the run's provenance (plus any provenance fields a notebook measured, such
+    as copy_bandwidth_TBps)."""
+    merged_prov = dict(prov)
+    merged_prov.setdefault("copy_bandwidth_TBps", None)
+    records: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    for path in sorted(run_dir.glob("results_*.json")):
+        part = json.loads(path.read_text())
+        records.extend(part.get("records", []))
+        checks.extend(part.get("checks", []))
+        merged_prov.update(part.get("provenance", {}))
+    return {"provenance": merged_prov, "records": records, "checks": checks}
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str, Any]) -> str:
+    prov = results["provenance"]
+    lines = [f"# Run {run_name}", ""]
+    lines.append(f"- UTC: {prov['utc']}; commit: `{prov.get('git_commit')}`"
+                 + (" (dirty)" if prov.get("git_dirty") else ""))
+    lines.append(f"- GPU: {prov.get('gpu') or 'none'}; driver {_fmt(prov.get('driver'))}; "
+                 f"CUDA {_fmt(prov.get('cuda_driver_api'))}; copy bandwidth "
+                 f"{_fmt(prov.get('copy_bandwidth_TBps'))} TB/s")
+    versions = ", ".join(f"{k} {v}" for k, v in prov.get("packages", {}).items() if v)
+    lines += [f"- Packages: {versions}", "", "## Notebooks", "",
+              "| notebook | status | seconds | error |", "|---|---|---|---|"]
+    for nb in manifest["notebooks"]:
+        err = nb.get("error")
+        err_text = f"{err.get('ename')} (cell {err['cell_index']})" if err and "cell_index" in err \
+            else (err.get("ename") if err else "")
+        lines.append(f"| [{nb['name']}]({nb['name']}.ipynb) | {nb['status']} | {nb['seconds']} | {err_text} |")
+    if results["records"]:
+        lines += ["", "## Records", "",
+                  "| layer | pass | impl | params | time_us | floor_us | time/floor | rel_err |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in results["records"]:
+            ratio = r["time_us"] / r["floor_us"] if r.get("time_us") and r.get("floor_us") else None
+            params = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items())
+            lines.append(f"| {r['layer']} | {r['pass']} | {r['impl']} | {params} | {_fmt(r.get('time_us'))} "
+                         f"| {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {_fmt(r.get('rel_err'))} |")
+    if results["checks"]:
+        failed = [c for c in results["checks"] if not c.get("ok")]
+        lines += ["", "## Checks", "", f"{len(results['checks'])} checks, {len(failed)} failed."]
+        for c in failed:
+            lines.append(f"- FAILED: {c.get('what')}: {c.get('detail', '')}")
+    return "\n".join(lines) + "\n"
+
+
+def write_index(out_dir: Path) -> Path:
+    """papermill_runs/README.md: one line per run folder, newest first."""
+    rows = []
+    for manifest_path in sorted(out_dir.glob("*/manifest.json"), reverse=True):
+        m = json.loads(manifest_path.read_text())
+        prov = m["provenance"]
+        statuses = ", ".join(f"{nb['name']}: {nb['status']}" for nb in m["notebooks"])
+        commit = (prov.get("git_commit") or "-")[:12] + (" (dirty)" if prov.get("git_dirty") else "")
+        run = manifest_path.parent.name
+        rows.append(f"| [{run}]({run}/summary.md) | {prov['utc']} | {prov.get('gpu') or 'cpu'} "
+                    f"| `{commit}` | {m.get('preset', '-')} | {statuses} |")
+    text = ["# papermill runs", "",
+            "Generated by `foxcute run` after every run (do not edit by hand). Each folder holds the",
+            "executed notebooks, `manifest.json`, `results.json` and `summary.md`.", "",
+            "| run | UTC | GPU | commit | preset | notebooks |", "|---|---|---|---|---|---|", *rows]
+    index = out_dir / "README.md"
+    index.write_text("\n".join(text) + "\n")
+    return index
+
+
+def _log(message: str) -> None:
+    print(f"[foxcute run] {message}", file=sys.stderr, flush=True)
+
+
+def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
+        param_pairs: Sequence[str] = (), out_dir: Path | str = DEFAULT_OUT,
+        cell_timeout_s: float | None = DEFAULT_CELL_TIMEOUT_S, notebook_dir: Path = NOTEBOOK_DIR,
+        progress_bar: bool | None = None) -> tuple[int, Path]:
+    """Run the notebooks; return (exit code: 0 when every notebook finished "ok", run folder)."""
+    preset_name = resolve_preset(preset)
+    selected = select_notebooks(notebook_names, notebook_dir)
+    if not selected:
+        raise RunnerError(f"no notebooks found in {notebook_dir}")
+    declared = {nb.stem: declared_parameters(nb) for nb in selected}
+    overrides = parse_overrides(param_pairs, declared)
+    if progress_bar is None:
+        progress_bar = sys.stderr.isatty()
+
+    prov = provenance.collect()
+    out_dir = Path(out_dir).resolve()
+    run_dir = out_dir / run_folder_name(prov)
+    for n in range(2, 100):  # two runs within one second get distinct folders
+        if not run_dir.exists():
+            break
+        run_dir = out_dir / f"{run_folder_name(prov)}_{n}"
+    run_dir.mkdir(parents=True)
+    _log(f"preset {preset_name}; {len(selected)} notebook(s) -> {run_dir}")
+
+    entries, parameters = [], {}
+    for nb in selected:
+        params = notebook_parameters(declared[nb.stem], PRESETS[preset_name], overrides, run_dir)
+        parameters[nb.stem] = params
+        _log(f"{nb.stem}: running")
+        entry = execute(nb, run_dir / nb.name, params, cell_timeout_s=cell_timeout_s,
+                        progress_bar=progress_bar, cwd=run_dir)
+        entries.append(entry)
+        detail = f" ({entry['error']['ename']}: {entry['error'].get('evalue', '')})" if "error" in entry else ""
+        _log(f"{nb.stem}: {entry['status']} in {entry['seconds']} s{detail}")
+
+    results = merge_results(run_dir, prov)
+    manifest = {"preset": preset_name, "notebooks": entries, "parameters": parameters,
+                "provenance": results["provenance"]}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (run_dir / "results.json").write_text(json.dumps(
+        {"provenance": results["provenance"], "records": results["records"]}, indent=2) + "\n")
+    (run_dir / "summary.md").write_text(summary_markdown(run_dir.name, manifest, results))
+    write_index(out_dir)
+    failed = [e["name"] for e in entries if e["status"] != "ok"]
+    _log(f"summary: {run_dir / 'summary.md'}" + (f"; NOT ok: {', '.join(failed)}" if failed else "; all ok"))
+    return (1 if failed else 0), run_dir

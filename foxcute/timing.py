@@ -1,0 +1,195 @@
+"""GPU timing: CUDA-graph replays timed with CUDA events, and the copy-bandwidth ceiling.
+
+Kernels of a few microseconds cost more to launch from Python (about 10 us) than to run, so
+they are captured once in a CUDA graph and the graph is replayed: several replays per pair
+of events, the median over many pairs. cupy and torch are imported here only when called.
+
+Graph capture works only if `fn` launches on the capturing stream. foxcute's kernels fetch
+the array library's current stream when they are called, so `fn` must do the call itself
+(not hand out a launch prepared earlier). A capture that missed the stream raises no error:
+the graph is empty and replays in no time. `check_graph_replay(fn)` catches that: it fills
+what `fn` returned with NaN and demands that one replay rewrites all of it. Call it once per
+benchmarked function before trusting a time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+LIBRARIES = ("cupy", "torch")
+
+
+def _check_library(library: str) -> None:
+    if library not in LIBRARIES:
+        raise ValueError(f"library must be one of {LIBRARIES}, got {library!r}")
+
+
+class _Cupy:
+    """The few stream, event and graph calls `bench` needs, on cupy."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def run_on_stream(self, fn: Callable[[], Any], times: int) -> None:
+        with self.stream:
+            for _ in range(times):
+                fn()
+        self.stream.synchronize()
+
+    def capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
+        with self.stream:
+            # Relaxed: the memory pool may call cudaMalloc while fn allocates its outputs.
+            self.stream.begin_capture(self.cupy.cuda.runtime.streamCaptureModeRelaxed)
+            try:
+                out = fn()
+            finally:
+                graph = self.stream.end_capture()
+        graph.upload(self.stream)
+        return graph, out
+
+    def replay(self, graph: Any) -> None:
+        graph.launch(self.stream)
+
+    def timed(self, body: Callable[[], None]) -> float:
+        """Milliseconds between two events around `body`'s launches on our stream."""
+        start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
+        with self.stream:
+            start.record(self.stream)
+            body()
+            end.record(self.stream)
+        end.synchronize()
+        return self.cupy.cuda.get_elapsed_time(start, end)
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.Device().synchronize()
+
+
+class _Torch:
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.stream = torch.cuda.Stream()
+
+    def run_on_stream(self, fn: Callable[[], Any], times: int) -> None:
+        # torch requires warm-up (lazy init, allocator growth) on a side stream before capture.
+        self.stream.wait_stream(self.torch.cuda.current_stream())
+        with self.torch.cuda.stream(self.stream):
+            for _ in range(times):
+                fn()
+        self.torch.cuda.current_stream().wait_stream(self.stream)
+        self.torch.cuda.synchronize()
+
+    def capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
+        graph = self.torch.cuda.CUDAGraph()
+        with self.torch.cuda.graph(graph, stream=self.stream):
+            out = fn()
+        return graph, out
+
+    def replay(self, graph: Any) -> None:
+        graph.replay()
+
+    def timed(self, body: Callable[[], None]) -> float:
+        start = self.torch.cuda.Event(enable_timing=True)
+        end = self.torch.cuda.Event(enable_timing=True)
+        with self.torch.cuda.stream(self.stream):
+            start.record()
+            body()
+            end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
+
+
+def _backend(library: str) -> _Cupy | _Torch:
+    _check_library(library)
+    return _Cupy() if library == "cupy" else _Torch()
+
+
+def bench(fn: Callable[[], Any], *, graph: bool = True, warmup: int = 5, reps: int = 50,
+          calls_per_rep: int = 10, library: str = "cupy") -> tuple[float, list[float]]:
+    """Median microseconds per call of `fn` and the per-call samples (one per event pair).
+
+    graph=True: `fn` is captured once in a CUDA graph (after `warmup` plain calls, which also
+    compile), and each sample times `calls_per_rep` back-to-back replays. graph=False: each
+    sample times `calls_per_rep` plain calls, launch overhead included. `library` is the array
+    library of `fn`'s arrays ("cupy" or "torch"): its current stream is the one captured.
+    """
+    lib = _backend(library)
+    lib.run_on_stream(fn, warmup)
+    if graph:
+        cuda_graph, graph_outputs = lib.capture(fn)  # held: replays write into them
+        lib.replay(cuda_graph)  # first replay pays the graph's upload and instantiation
+        lib.synchronize()
+
+        def body() -> None:
+            for _ in range(calls_per_rep):
+                lib.replay(cuda_graph)
+    else:
+        def body() -> None:  # `timed` makes the timing stream current around this
+            for _ in range(calls_per_rep):
+                fn()
+
+    samples = [lib.timed(body) * 1e3 / calls_per_rep for _ in range(reps)]
+    return statistics.median(samples), samples
+
+
+def _arrays_of(out: Any) -> list[Any]:
+    if isinstance(out, (tuple, list)):
+        return [a for item in out for a in _arrays_of(item)]
+    return [out] if hasattr(out, "shape") else []
+
+
+def check_graph_replay(fn: Callable[[], Any], *, library: str = "cupy") -> None:
+    """Raise AssertionError unless replaying `fn`'s CUDA graph rewrites every float array it
+    returns (an empty capture replays as a no-op and would time as free)."""
+    lib = _backend(library)
+    lib.run_on_stream(fn, 1)
+    cuda_graph, out = lib.capture(fn)
+    floats = [a for a in _arrays_of(out) if "float" in str(a.dtype)]
+    if not floats:
+        raise AssertionError("check_graph_replay: fn returned no float arrays to check")
+    for a in floats:
+        a[...] = float("nan")
+    lib.synchronize()
+    lib.replay(cuda_graph)
+    lib.synchronize()
+    for i, a in enumerate(floats):
+        finite = bool(a.isfinite().all()) if library == "torch" else bool(lib.cupy.isfinite(a).all())
+        if not finite:
+            raise AssertionError(f"check_graph_replay: output {i} (shape {tuple(a.shape)}) was not "
+                                 f"rewritten by the replay: the kernel did not launch on the "
+                                 f"capturing stream")
+
+
+def copy_bandwidth_TBps(nbytes: int = 1 << 30, *, reps: int = 30, library: str = "cupy") -> float:
+    """Device-to-device copy bandwidth in TB/s (1e12 bytes/s), read and write both counted:
+    the ceiling every memory-bound kernel here is compared against."""
+    lib = _backend(library)
+    n = nbytes // 4
+    if library == "cupy":
+        src = lib.cupy.ones(n, dtype="float32")
+        dst = lib.cupy.empty_like(src)
+
+        def copy() -> None:
+            lib.cupy.copyto(dst, src)
+    else:
+        src = lib.torch.ones(n, dtype=lib.torch.float32, device="cuda")
+        dst = lib.torch.empty_like(src)
+
+        def copy() -> None:
+            dst.copy_(src)
+    lib.run_on_stream(copy, 3)
+    ms = statistics.median(lib.timed(copy) for _ in range(reps))
+    return 2 * n * 4 / (ms * 1e-3) / 1e12
+
+
+def floor_us(bytes_moved: float, bandwidth_TBps: float) -> float:
+    """Time in microseconds to move `bytes_moved` at `bandwidth_TBps`: a memory-bound floor."""
+    return bytes_moved / (bandwidth_TBps * 1e12) * 1e6
