@@ -12,14 +12,10 @@ import os
 import threading
 from typing import Any, Callable
 
-# The DSL reads its target at import. Without a GPU it would silently target sm_100a; every
-# kernel here is written for Hopper, so make sm_90a the default unless the caller chose.
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-
-import cuda.bindings.driver as cuda  # noqa: E402
-import cutlass  # noqa: E402
-import cutlass.cute as cute  # noqa: E402
-from cutlass.cute.runtime import make_ptr  # noqa: E402
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import make_ptr
 
 ARCH = os.environ["CUTE_DSL_ARCH"]
 ALIGN = 16  # bytes; every kernel assumes its arrays start on a 128-bit boundary
