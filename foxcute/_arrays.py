@@ -227,3 +227,16 @@ def zeros(like: Any, shape: Sequence[int], dtype: str = "float32") -> Any:
     out = empty(like, shape, dtype)
     out[...] = 0
     return out
+
+
+def stack(arrays: Sequence[Any]) -> Any:
+    """Stack same-kind arrays along a new first axis."""
+    if array_kind(arrays[0]) == "torch":
+        import torch
+
+        return torch.stack(list(arrays))
+    if array_kind(arrays[0]) == "cupy":
+        import cupy
+
+        return cupy.stack(arrays)
+    return np.stack(arrays)

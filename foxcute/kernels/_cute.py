@@ -78,6 +78,30 @@ def current_stream(x: Any) -> cuda.CUstream:
     return cuda.CUstream(cupy.cuda.get_current_stream().ptr)
 
 
+def device_id(x: Any) -> int:
+    return x.device.index if hasattr(x, "data_ptr") else x.device.id
+
+
+def is_capturing(x: Any) -> bool:
+    """Whether x's library is capturing a CUDA graph on its current stream."""
+    if hasattr(x, "data_ptr"):
+        import torch
+
+        return torch.cuda.is_current_stream_capturing()
+    import cupy
+
+    return cupy.cuda.get_current_stream().is_capturing()
+
+
+def synchronize(x: Any) -> None:
+    if hasattr(x, "data_ptr"):
+        import torch
+
+        torch.cuda.synchronize(x.device)
+    else:
+        x.device.synchronize()
+
+
 def sm_count(x: Any) -> int:
     """Multiprocessors of the device holding x (sizes persistent grids)."""
     if hasattr(x, "data_ptr"):

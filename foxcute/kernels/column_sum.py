@@ -11,9 +11,9 @@ Design.
   threads over packed rows: thread (r, c) owns float4 vectors c, c + cols, ... of packed
   rows r, r + rows, ... of its CTA's share, so each lane always adds into the same
   packed-row position (no shuffles in the streaming loop) and a warp's loads are contiguous.
-- Threads accumulate with Kahan compensation (see kahan_add). Each CTA sums its threads'
-  partials over r in a fixed order (shared memory) and writes one packed row of partial
-  sums. The last CTA to finish (an atomic ticket on an integer, the only atomic) sums the
+- Threads add with Kahan compensation (see kahan_add). Each CTA folds its threads'
+  partials over r in a fixed pairwise tree (shared memory) and writes one packed row of
+  partial sums. The last CTA to finish (an atomic ticket on an integer, the only atomic) sums the
   CTAs' partials in CTA order, folds the `pack` positions of each column and adds the
   M % pack tail rows. Every add happens in an order fixed by (M, N, grid), so the result is
   bit-identical run to run; no float atomics.
@@ -21,6 +21,7 @@ Design.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import cutlass
@@ -31,13 +32,16 @@ from .. import _arrays
 from . import _cute
 
 MAX_VECS_PER_THREAD = 2  # with Kahan compensation, 4 floats of state per float4: no spills
-CTAS_PER_SM = 2
-LOADS_IN_FLIGHT = 4  # float4 loads per thread per step: 2 CTAs/SM keep ~32 KB in flight per SM
+# Swept on the H200 at M = 524288 (N = 3 and 128): 8 loads x 4 CTAs/SM was best at N = 128
+# (71 us against 100 us for 4 x 2), and no worse at N = 3.
+CTAS_PER_SM = 4
+LOADS_IN_FLIGHT = 8  # float4 loads per thread per step
+TICKET_SLOTS = 1024  # launches that may be in flight at once on one device
 MAX_ELEMENTS = 2**31 - 1  # CuTe layouts index with 32-bit integers
 
 
 class ColumnSum:
-    def __init__(self, n: int):
+    def __init__(self, n: int, loads_in_flight: int = LOADS_IN_FLIGHT):
         self.n = n
         self.pack = 1 if n % 4 == 0 else (2 if n % 2 == 0 else 4)
         self.width = self.pack * n  # floats per packed row
@@ -47,7 +51,9 @@ class ColumnSum:
         self.cols = min(self.vecs, self.threads)
         self.rows = self.threads // self.cols
         self.vecs_per_thread = -(-self.vecs // self.cols)
-        self.unroll = max(1, LOADS_IN_FLIGHT // self.vecs_per_thread)  # packed rows per step
+        self.unroll = max(1, loads_in_flight // self.vecs_per_thread)  # packed rows per step
+        # Pairwise fold of the thread rows: halves 2^k < rows, ..., 2, 1.
+        self.fold_halves = [1 << k for k in reversed(range((self.rows - 1).bit_length()))]
 
     @cute.jit
     def __call__(self, g_ptr: cute.Pointer, out_ptr: cute.Pointer, work_ptr: cute.Pointer,
@@ -55,11 +61,11 @@ class ColumnSum:
         packed_rows = m // self.pack
         mG = cute.make_tensor(g_ptr, cute.make_layout((packed_rows, self.vecs, 4),
                                                       stride=(self.width, 4, 1)))
-        mRows = cute.make_tensor(g_ptr, cute.make_layout((m, self.n), stride=(self.n, 1)))
+        mRows = cute.make_tensor(g_ptr, cute.make_layout((m, self.n, 1), stride=(self.n, 1, 1)))
         # Row i < num_ctas: CTA i's packed partial sums; row num_ctas: their total.
         mWork = cute.make_tensor(work_ptr, cute.make_layout((num_ctas + 1, self.vecs, 4),
                                                             stride=(self.width, 4, 1)))
-        mTotal = cute.make_tensor(work_ptr + num_ctas * self.width, cute.make_layout(self.width))
+        mTotal = cute.make_tensor(work_ptr + num_ctas * self.width, cute.make_layout((self.width, 1)))
         mOut = cute.make_tensor(out_ptr, cute.make_layout(self.n))
         mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(1))
         self.kernel(mG, mRows, mWork, mTotal, mOut, mTicket, m, num_ctas).launch(
@@ -70,7 +76,7 @@ class ColumnSum:
                mOut: cute.Tensor, mTicket: cute.Tensor, m: Int32, num_ctas: Int32):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         # Per-thread-row partials, needed only when several thread rows share a CTA.
         sPartial = None
         if cutlass.const_expr(self.rows > 1):
@@ -94,20 +100,24 @@ class ColumnSum:
             cute.arch.sync_threads()
             tail_start = (m // self.pack) * self.pack
             for col in cutlass.range(tid, self.n, self.threads, unroll=1):
-                total = Float32(0.0)
+                total = cute.make_rmem_tensor((1, 1), Float32)
+                total_comp = cute.make_rmem_tensor((1, 1), Float32)
+                total.fill(0.0)
+                total_comp.fill(0.0)
                 for p in cutlass.range_constexpr(self.pack):
-                    total = total + mTotal[p * self.n + col]
+                    self.kahan_add(total, total_comp, 0, mTotal[p * self.n + col, None].load())
                 for row in cutlass.range(tail_start, m, unroll=1):
-                    total = total + mRows[row, col]
-                mOut[col] = total
+                    self.kahan_add(total, total_comp, 0, mRows[row, col, None].load())
+                mOut[col] = total[0, 0]
             if tid == 0:
                 mTicket[0] = Int32(0)  # ready for the next launch (and graph replay)
 
     @cute.jit
     def kahan_add(self, acc: cute.Tensor, comp: cute.Tensor, g: int, x: cute.TensorSSA):
         """acc[g] += x with compensated (Kahan) summation. A thread's chain is M/grid rows
-        long (3800 at M=1e6, N=4096); plain float32 adds would lose ~1e-6 relative on
-        mean-zero data, compensated ones stay near 1e-7. Four flops a float cost nothing here."""
+        long (3800 at M=1e6, N=4096) and the CTA and grid levels add hundreds more; plain
+        float32 adds lost 1.3e-6 relative on one mean-zero column of 1e6 rows on the H200,
+        compensated ones stay near float32 rounding. Four flops a float cost nothing here."""
         y = x - comp[g, None].load()
         a = acc[g, None].load()
         t = a + y
@@ -127,28 +137,40 @@ class ColumnSum:
         comp.fill(0.0)
         # Threads past rows*cols (when cols does not divide the CTA) read nothing.
         start = first_group * self.rows + r if r < self.rows else num_rows
-        for i in cutlass.range(start, num_rows, group_stride * self.rows, unroll=self.unroll):
-            for g in cutlass.range_constexpr(self.vecs_per_thread):
-                v = c + g * self.cols
-                if cutlass.const_expr(self.vecs % self.cols == 0):
-                    self.kahan_add(acc, comp, g, mSrc[i, v, None].load())
-                elif v < self.vecs:
-                    self.kahan_add(acc, comp, g, mSrc[i, v, None].load())
+        step = group_stride * self.rows
+        # Each trip issues all `unroll` x vecs_per_thread loads before the first add, so that
+        # many 16-byte loads are in flight per thread; rows past the end load zeros.
+        for base in cutlass.range(start, num_rows, step * self.unroll, unroll=1):
+            batch = cute.make_rmem_tensor((self.unroll, self.vecs_per_thread, 4), Float32)
+            for u in cutlass.range_constexpr(self.unroll):
+                for g in cutlass.range_constexpr(self.vecs_per_thread):
+                    v = c + g * self.cols
+                    if base + u * step < num_rows and v < self.vecs:
+                        batch[u, g, None].store(mSrc[base + u * step, v, None].load())
+                    else:
+                        batch[u, g, None].fill(0.0)
+            for u in cutlass.range_constexpr(self.unroll):
+                for g in cutlass.range_constexpr(self.vecs_per_thread):
+                    self.kahan_add(acc, comp, g, batch[u, g, None].load())
         if cutlass.const_expr(self.rows == 1):
             for g in cutlass.range_constexpr(self.vecs_per_thread):
                 v = c + g * self.cols
                 if v < self.vecs:
                     mDst[dst_row, v, None].store(acc[g, None].load())
         else:
-            # rows > 1 means cols == vecs: every thread holds exactly one vector.
+            # rows > 1 means cols == vecs: every thread holds exactly one vector. Fold the
+            # thread rows pairwise in shared memory (a fixed tree, log2(rows) barriers): a
+            # sequential Kahan fold of 85 rows (N = 3) cost ~0.7 us of dependent adds.
             if r < self.rows:
                 sPartial[r, c, None].store(acc[0, None].load())
+            for step in cutlass.range_constexpr(len(self.fold_halves)):
+                half = self.fold_halves[step]
+                cute.arch.sync_threads()
+                if r < half and r + half < self.rows:
+                    sPartial[r, c, None].store(sPartial[r, c, None].load() + sPartial[r + half, c, None].load())
             cute.arch.sync_threads()
-            for e in cutlass.range(tid, self.vecs, self.threads, unroll=1):
-                s = sPartial[0, e, None].load()
-                for rr in cutlass.range(1, self.rows, unroll_full=True):
-                    s = s + sPartial[rr, e, None].load()
-                mDst[dst_row, e, None].store(s)
+            if r == 0:
+                mDst[dst_row, c, None].store(sPartial[0, c, None].load())
 
 
 _compiled = _cute.CompiledCache()
@@ -161,40 +183,73 @@ def compile_args() -> tuple:
 
 
 def _compile(n: int, keep: bool = False) -> Any:
-    return _compiled.get((n, keep), lambda: _cute.compile_kernel(ColumnSum(n), *compile_args(), keep=keep))
+    return _compiled.get((n, keep), lambda: _cute.compile_kernel(_config(n), *compile_args(), keep=keep))
 
 
 def check_sizes(chk: _arrays.Checker) -> None:
-    m, n = chk.dims["M"], chk.dims["N"]
-    if m * n > MAX_ELEMENTS:
-        raise _arrays.FoxcuteInputError(
-            f"{chk.where}: G has M*N = {m * n} elements; the kernel indexes with 32-bit integers "
-            f"and takes at most {MAX_ELEMENTS}")
+    chk.dim_range("M", 1, MAX_ELEMENTS, "row counts are 32-bit in the kernel")
 
 
-def grid_size(m: int, n: int, sms: int) -> int:
-    k = ColumnSum(n)
-    groups = -(-(m // k.pack) // k.rows)  # packed-row groups of one CTA step
-    return max(1, min(CTAS_PER_SM * sms, -(-groups // k.unroll)))
+def grid_size(kernel: ColumnSum, m: int, sms: int, ctas_per_sm: int = CTAS_PER_SM) -> int:
+    groups = -(-(m // kernel.pack) // kernel.rows)  # packed-row groups of one CTA step
+    return max(1, min(ctas_per_sm * sms, -(-groups // kernel.unroll)))
+
+
+_ticket_pools: dict[tuple, list] = {}
+
+
+def _ticket(G: Any) -> Any:
+    """A zeroed int32 ticket for one launch, 16-byte aligned, from a per-device pool used
+    round robin. The launch's last CTA sets it back to zero, so no memset precedes each
+    launch (in a CUDA graph that would be a second node: ~2 us at N = 3). A launch needs its
+    slot back only after TICKET_SLOTS further launches on the device."""
+    key = (_arrays.array_kind(G), _cute.device_id(G))
+    pool = _ticket_pools.get(key)
+    if pool is None:
+        if _cute.is_capturing(G):
+            raise RuntimeError("foxcute.column_sum: the first call on a device cannot be inside "
+                               "CUDA graph capture (it allocates its ticket pool); call it once "
+                               "before capturing, as torch.cuda.graph's warm-up does")
+        tickets = _arrays.zeros(G, (4 * TICKET_SLOTS,), "int32")
+        _cute.synchronize(G)  # the pool must be zero before a launch on any stream reads it
+        pool = _ticket_pools[key] = [tickets, 0]
+    tickets, slot = pool
+    pool[1] = (slot + 1) % TICKET_SLOTS
+    return tickets[4 * slot: 4 * slot + 1]
 
 
 def column_sum(G: Any, out: Any = None) -> Any:
     """Column sums of a validated float32 C-contiguous 2-D cupy array or torch CUDA tensor,
-    launched on that library's current stream. `out` ([N], same kind) is written if given."""
+    launched on that library's current stream. `out` ([N], same kind) is written if given.
+
+    CuTe layouts index with 32 bits, so a G of more than 2^31 - 1 elements is summed in row
+    blocks under that size whose [blocks, N] results are summed once more (fixed order)."""
     m, n = G.shape
     if out is None:
         out = _arrays.empty(G, (n,))
-    kernel = _compile(n)
-    num_ctas = grid_size(m, n, _cute.sm_count(G))
-    work = _arrays.empty(G, ((num_ctas + 1) * kernel_width(n),))
-    ticket = _arrays.zeros(G, (1,), "int32")
-    kernel(_cute.gmem_ptr(G), _cute.gmem_ptr(out), _cute.gmem_ptr(work), _cute.gmem_ptr(ticket, Int32),
-           Int32(m), Int32(num_ctas), _cute.current_stream(G))
+    block_rows = MAX_ELEMENTS // n // 4 * 4  # a multiple of 4 keeps every block 16-byte aligned
+    if m <= block_rows:
+        _launch(G, out)
+        return out
+    block_sums = [_launch(G[start:start + block_rows], _arrays.empty(G, (n,)))
+                  for start in range(0, m, block_rows)]
+    _launch(_arrays.stack(block_sums), out)
     return out
 
 
-def kernel_width(n: int) -> int:
-    return ColumnSum(n).width
+def _launch(G: Any, out: Any) -> Any:
+    m, n = G.shape
+    config = _config(n)
+    num_ctas = grid_size(config, m, _cute.sm_count(G))
+    work = _arrays.empty(G, ((num_ctas + 1) * config.width,))
+    _compile(n)(_cute.gmem_ptr(G), _cute.gmem_ptr(out), _cute.gmem_ptr(work),
+                _cute.gmem_ptr(_ticket(G), Int32), Int32(m), Int32(num_ctas), _cute.current_stream(G))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _config(n: int) -> ColumnSum:
+    return ColumnSum(n)
 
 
 def compiled_for_ci() -> dict[str, Any]:
