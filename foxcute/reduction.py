@@ -1,7 +1,8 @@
 """Column (bias-gradient) reduction, spec section 3: column_sum(G [M, N]) -> [N].
 
 The IQN head's bias gradient is M = B*Q = 524288 rows of N = 3 actions; its hidden layer
-has N = 128. The "before" kernel ran 3 threads, each looping over 524288 rows.
+has N = 128. The "before" kernel ran 3 threads, each looping over 524288 rows. The kernels
+are foxcute.kernels.column_sum ("cute") and foxcute.kernels.naive_column_sum ("naive").
 """
 
 from __future__ import annotations
@@ -10,25 +11,28 @@ from typing import Any
 
 import numpy as np
 
+from . import _layer
 from ._arrays import Checker, check_backend
 
-BACKENDS = ("reference", "cute")
-MAX_N = 4096  # the kernel keeps at most 64 column accumulators per thread
+LAYER = "column_sum"  # the kernel modules' name for this layer
+MAX_N = 4096  # columns a CTA's threads hold in registers
+
+
+def offered_backends() -> tuple[str, ...]:
+    return _layer.offered_backends(LAYER)
 
 
 def column_sum(G: Any, *, backend: str = "reference") -> Any:
     """Sum of G over its rows: out[n] = sum_m G[m, n], accumulated in float32 on the GPU,
     float64 in the reference. Bit-identical from run to run on every backend."""
     where = "foxcute.column_sum"
-    check_backend(where, backend, BACKENDS)
+    check_backend(where, backend, offered_backends())
     chk = Checker(where, gpu=backend != "reference")
     chk.array("G", G, ("M", "N"))
-    chk.dim_range("N", 1, MAX_N, "columns a CTA's threads can hold")
+    chk.dim_range("N", 1, MAX_N, "columns a CTA's threads hold in registers")
     if backend == "reference":
         return reference(G)
-    from .kernels import column_sum as kernel
-
-    kernel.check_sizes(chk)
+    kernel, _ = _layer.kernel_module(LAYER, backend, chk)
     return kernel.column_sum(G)
 
 

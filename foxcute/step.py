@@ -61,7 +61,7 @@ class StepSizes:
 
 def offered_backends() -> tuple[str, ...]:
     """The backends every layer of the step offers (column_sum included)."""
-    offered = [_layer.offered_backends(layer) for layer in _LAYERS] + [reduction.BACKENDS]
+    offered = [_layer.offered_backends(layer) for layer in _LAYERS] + [reduction.offered_backends()]
     return tuple(b for b in offered[0] if all(b in layer for layer in offered[1:]))
 
 
@@ -74,12 +74,15 @@ def make_inputs(sizes: StepSizes, rng: numpy.random.Generator, xp: Any = numpy) 
     def normal(*shape, scale=1.0):
         return xp.asarray(rng.standard_normal(shape, dtype=numpy.float32) * numpy.float32(scale))
 
-    def weight(rows, cols):
+    def weight(rows, cols):  # used as x @ weight.T: fan-in is cols
         return normal(rows, cols, scale=cols**-0.5)
 
+    def state_weight():  # [SH2, D], used as h @ W: fan-in is SH2
+        return normal(n.SH2, n.D, scale=n.SH2**-0.5)
+
     return {
-        "mamba2": dict(h_hist=normal(n.B, n.K, n.SH2), h=normal(n.B, n.SH2), W_A=weight(n.SH2, n.D),
-                       W_B=weight(n.SH2, n.D), W_C=weight(n.SH2, n.D),
+        "mamba2": dict(h_hist=normal(n.B, n.K, n.SH2), h=normal(n.B, n.SH2), W_A=state_weight(),
+                       W_B=state_weight(), W_C=state_weight(),
                        w=xp.asarray(1 + 0.1 * rng.standard_normal(n.SH2, dtype=numpy.float32)),
                        sigma=0.95),
         "mamba2_backward": dict(dout=normal(n.B, n.SH2)),

@@ -12,3 +12,5 @@ import tempfile
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "foxcute-cute-dumps"))
+# The DSL does not create the folder, and with it missing `__ptx__` holds a path, not PTX.
+os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
