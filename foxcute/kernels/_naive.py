@@ -46,10 +46,6 @@ def check_int32_extent(chk: Checker, what: str, *dims: str | int) -> None:
                                 f"kernels index with 32-bit offsets, at most {INT32_MAX} elements")
 
 
-def grid_for(count: int) -> list[int]:
-    return [(count + THREADS - 1) // THREADS, 1, 1]
-
-
 @cute.jit
 def sigmoid(v: Float32) -> Float32:
     return Float32(1.0) / (Float32(1.0) + cute.math.exp(-v))
@@ -58,6 +54,19 @@ def sigmoid(v: Float32) -> Float32:
 @cute.jit
 def relu(v: Float32) -> Float32:
     return cutlass.max(v, Float32(0.0))
+
+
+def thread_index() -> Int32:
+    """The calling thread's index in a 1-D launch (used inside kernels)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    return bidx * THREADS + tidx
+
+
+def launch(kernel: Any, threads: Int32, stream) -> None:
+    """Launch `kernel` (a @cute.kernel call) with at least `threads` threads in CTAs of
+    THREADS (used inside jit functions); threads past the work check their index and idle."""
+    kernel.launch(grid=[cute.ceil_div(threads, THREADS), 1, 1], block=[THREADS, 1, 1], stream=stream)
 
 
 def row_major(ptr: cute.Pointer, rows: Int32, cols: Int32) -> cute.Tensor:
@@ -80,16 +89,13 @@ class BatchSum:
         mX = row_major(x_ptr, rows, cols_x)
         mY = row_major(y_ptr, rows, cols_y)
         mOut = row_major(out_ptr, cols_x, cols_y)
-        self.kernel(mX, mY, mOut, scale).launch(
-            grid=[cute.ceil_div(cols_x * cols_y, THREADS), 1, 1], block=[THREADS, 1, 1], stream=stream)
+        launch(self.kernel(mX, mY, mOut, scale), cols_x * cols_y, stream)
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mY: cute.Tensor, mOut: cute.Tensor, scale: Float32):
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
         rows, cols_x = mX.shape
         cols_y = mY.shape[1]
-        t = bidx * THREADS + tidx
+        t = thread_index()
         if t < cols_x * cols_y:
             i = t // cols_y
             j = t - i * cols_y
@@ -105,13 +111,34 @@ class BatchSum:
             mOut[i, j] = scale * total
 
 
-_batch_sums = _cute.CompiledCache()
+class Kernels:
+    """One naive module's kernels: name -> (jit object, arguments to compile it with on any
+    machine). Each is compiled on first use; `compiled_for_ci` compiles them with PTX kept."""
+
+    def __init__(self, specs: dict[str, tuple[Any, tuple]]):
+        self.specs = specs
+        self._compiled = _cute.CompiledCache()
+
+    def compiled(self, name: str, keep: bool = False) -> Any:
+        jit_obj, args = self.specs[name]
+        return self._compiled.get((name, keep), lambda: _cute.compile_kernel(jit_obj, *args, keep=keep))
+
+    def __getitem__(self, name: str) -> Any:
+        return self.compiled(name)
+
+    def compiled_for_ci(self) -> dict[str, Any]:
+        return {name: self.compiled(name, keep=True) for name in self.specs}
 
 
-def _compiled_batch_sum(with_y: bool, keep: bool = False) -> Any:
-    return _batch_sums.get((with_y, keep), lambda: _cute.compile_kernel(
-        BatchSum(with_y), _cute.fake_ptr(), _cute.fake_ptr(), _cute.fake_ptr(),
-        Int32(1), Int32(1), Int32(1), Float32(1.0), _cute.fake_stream(), keep=keep))
+def fake_args(pointers: int, ints: int, floats: int = 0) -> tuple:
+    """Compile arguments for a kernel taking float32 pointers, then int32 sizes, then float32
+    scalars, then the stream (the order every naive kernel's __call__ uses)."""
+    return (*(_cute.fake_ptr() for _ in range(pointers)), *(Int32(1) for _ in range(ints)),
+            *(Float32(1.0) for _ in range(floats)), _cute.fake_stream())
+
+
+KERNELS = Kernels({"batch_sum_xy": (BatchSum(with_y=True), fake_args(3, 3, 1)),
+                   "batch_sum_x": (BatchSum(with_y=False), fake_args(3, 3, 1))})
 
 
 def batch_sum(X: Any, Y: Any | None, out: Any, rows: int, cols_x: int, cols_y: int = 1,
@@ -119,10 +146,10 @@ def batch_sum(X: Any, Y: Any | None, out: Any, rows: int, cols_x: int, cols_y: i
     """Launch BatchSum on the stream current for X. X is read as [rows, cols_x] and Y as
     [rows, cols_y] (C-contiguous; any array of that many elements), out is written as
     [cols_x, cols_y] ([cols_x] without Y). Returns out."""
-    fn = _compiled_batch_sum(Y is not None)
-    fn(_cute.gmem_ptr(X), _cute.gmem_ptr(X if Y is None else Y), _cute.gmem_ptr(out),
-       Int32(rows), Int32(cols_x), Int32(cols_y if Y is not None else 1), Float32(scale),
-       _cute.current_stream(X))
+    kernel = KERNELS["batch_sum_x" if Y is None else "batch_sum_xy"]
+    kernel(_cute.gmem_ptr(X), _cute.gmem_ptr(X if Y is None else Y), _cute.gmem_ptr(out),
+           Int32(rows), Int32(cols_x), Int32(cols_y if Y is not None else 1), Float32(scale),
+           _cute.current_stream(X))
     return out
 
 
@@ -131,8 +158,3 @@ def batch_sum_new(X: Any, Y: Any | None, rows: int, cols_x: int, cols_y: int = 1
     """batch_sum into a fresh [cols_x, cols_y] ([cols_x] without Y) array of X's kind."""
     shape = (cols_x,) if Y is None else (cols_x, cols_y)
     return batch_sum(X, Y, empty(X, shape), rows, cols_x, cols_y, scale)
-
-
-def compiled_batch_sums_for_ci() -> dict[str, Any]:
-    return {"batch_sum_xy": _compiled_batch_sum(True, keep=True),
-            "batch_sum_x": _compiled_batch_sum(False, keep=True)}
