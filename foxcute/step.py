@@ -8,20 +8,29 @@
     KAN grads    = KAN backward(dy, x)
     Mamba2 grads = Mamba2 backward(dout)
 
-Every layer is called through its public function, so `backend` passes through unchanged:
+`run` calls every layer through its public function, so `backend` passes through unchanged:
 a backend is offered for the step when every layer it chains offers it. The gradients that
 would come from the rest of the trainer (dout, the IQN gradients, the KAN's dy) are inputs.
+
+On the GPU the step also runs straight through the kernel modules (`kernel_step`), which is
+what a CUDA graph can capture: the public curiosity function reads the action indices back
+to check their range, a device sync that capture forbids, so the arguments are validated by
+one `run` first. `capture` records the cute step in a torch CUDA graph to be replayed.
+The step is split into PARTS, named after the rows of the trainer's profile, for the
+per-kernel breakdown (foxcute.breakdown).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 import numpy
 
 from . import _layer, curiosity, kan, mamba2, q_denoise, reduction, risk_budget
-from ._arrays import check_backend
+from ._arrays import array_kind, check_backend
+from .checks import rel_err, to_numpy
 
 _LAYERS = ("mamba2", "curiosity", "risk_budget", "q_denoise", "kan")
 
@@ -100,31 +109,267 @@ def make_inputs(sizes: StepSizes, rng: numpy.random.Generator, xp: Any = numpy) 
     }
 
 
+# The step's parts, in the order they run; each is one row group of the breakdown, named
+# after the trainer's profile (its mamba2_temporal_scan is our Mamba2 forward, its
+# mamba2_scan_backward our Mamba2 backward).
+PARTS = ("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoise_backward",
+         "iqn_bias_grad_reduce", "kan_backward", "mamba2_backward")
+
+
+class _PublicLayers:
+    """Each layer through its public function: every argument validated, then dispatched."""
+
+    def __init__(self, backend: str, precision: str, impl: str):
+        self.backend = backend
+        self.options = dict(backend=backend, precision=precision)
+        self.impl = impl
+
+    def mamba2_forward(self, m):
+        return mamba2.forward(**m, impl=self.impl, **self.options)
+
+    def mamba2_backward(self, dout, m):
+        return mamba2.backward(dout, **m, impl=self.impl, **self.options)
+
+    def curiosity(self, s, c):
+        return curiosity.forward_backward(s, **c, **self.options)
+
+    def risk_budget(self, h, e, rb):
+        return risk_budget.forward(h, e=e, **rb, **self.options)
+
+    def q_denoise(self, qd):
+        return q_denoise.loss_and_grads(**qd, **self.options)
+
+    def column_sum(self, G):
+        return reduction.column_sum(G, backend=self.backend)
+
+    def kan_backward(self, k):
+        return kan.backward(**k, **self.options)
+
+
+class _KernelLayers:
+    """Each layer straight through its GPU kernel module (the layer modules' dispatch without
+    their checks), for arguments that one `run` on the same arrays has validated."""
+
+    def __init__(self, backend: str, precision: str, impl: str):
+        if backend == "reference":
+            raise ValueError("foxcute.step: the kernel path needs a GPU backend, got 'reference'")
+        self.modules = {layer: importlib.import_module(_layer._KERNEL_MODULE[backend].format(layer=layer))
+                        for layer in (*_LAYERS, reduction.LAYER)}
+        self.options = {} if backend == "naive" else dict(precision=precision)
+        self.mamba2_options = {} if backend == "naive" else dict(precision=precision, impl=impl)
+
+    def _mamba2_args(self, m):
+        return (m["h_hist"], m["h"], m["W_A"], m["W_B"], m["W_C"], m["w"], float(m["sigma"]))
+
+    def mamba2_forward(self, m):
+        return self.modules["mamba2"].forward(*self._mamba2_args(m), **self.mamba2_options)
+
+    def mamba2_backward(self, dout, m):
+        return mamba2.Mamba2Grads(*self.modules["mamba2"].backward(dout, *self._mamba2_args(m),
+                                                                   **self.mamba2_options))
+
+    def curiosity(self, s, c):
+        loss, r, *grads = self.modules["curiosity"].forward_backward(
+            s, c["a"], c["s_next"], c["W1"], c["b1"], c["W2"], c["b2"], **self.options)
+        return loss, r, curiosity.CuriosityGrads(*grads)
+
+    def risk_budget(self, h, e, rb):
+        return self.modules["risk_budget"].forward(h, rb["isv"], e, rb["W1"], rb["b1"], rb["w2"],
+                                                   float(rb["b2"]), **self.options)
+
+    def q_denoise(self, qd):
+        loss, *grads = self.modules["q_denoise"].loss_and_grads(
+            qd["q"], qd["q_target"], qd["W1"], qd["b1"], qd["W2"], qd["b2"], **self.options)
+        return loss, q_denoise.QDenoiseGrads(*grads)
+
+    def column_sum(self, G):
+        return self.modules[reduction.LAYER].column_sum(G)
+
+    def kan_backward(self, k):
+        return kan.KanGrads(*self.modules["kan"].backward(k["dy"], k["x"], k["C"], k["Wb"], **self.options))
+
+
+def _named(prefix: str, grads: Any) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v for k, v in grads._asdict().items()}
+
+
+def _parts(layers: _PublicLayers | _KernelLayers, inputs: dict[str, dict[str, Any]],
+           out: dict[str, Any]) -> list[tuple[str, Callable[[], None]]]:
+    """The step as (PARTS name, function) pairs; each function runs its part and stores its
+    outputs in `out` by "layer.name", where the later parts find what they chain on."""
+    m = inputs["mamba2"]
+
+    def mamba2_forward():
+        out["mamba2.out"] = layers.mamba2_forward(m)
+
+    def curiosity_fwd_bwd():
+        loss, r, grads = layers.curiosity(out["mamba2.out"], inputs["curiosity"])
+        out.update({"curiosity.loss": loss, "curiosity.r": r, **_named("curiosity", grads)})
+
+    def risk_budget_forward():
+        out["risk_budget.risk"] = layers.risk_budget(out["mamba2.out"], out["curiosity.r"], inputs["risk_budget"])
+
+    def q_denoise_backward():
+        loss, grads = layers.q_denoise(inputs["q_denoise"])
+        out.update({"q_denoise.loss": loss, **_named("q_denoise", grads)})
+
+    def iqn_bias_grad_reduce():
+        out["iqn.head_bias_grad"] = layers.column_sum(inputs["iqn"]["head_grad"])
+        out["iqn.hidden_bias_grad"] = layers.column_sum(inputs["iqn"]["hidden_grad"])
+
+    def kan_backward():
+        out.update(_named("kan", layers.kan_backward(inputs["kan"])))
+
+    def mamba2_backward():
+        out.update(_named("mamba2", layers.mamba2_backward(inputs["mamba2_backward"]["dout"], m)))
+
+    functions = (mamba2_forward, curiosity_fwd_bwd, risk_budget_forward, q_denoise_backward,
+                 iqn_bias_grad_reduce, kan_backward, mamba2_backward)
+    return [(f.__name__, f) for f in functions]
+
+
 def run(inputs: dict[str, dict[str, Any]], *, backend: str = "reference", precision: str = "tf32",
         impl: str = "fused") -> dict[str, Any]:
     """Runs one step on `make_inputs`'s inputs; returns every output by "layer.name"."""
     check_backend("foxcute.step.run", backend, offered_backends())
-    gpu = dict(backend=backend, precision=precision)
-    m = inputs["mamba2"]
-    out = mamba2.forward(**m, impl=impl, **gpu)
-    loss_c, r, grads_c = curiosity.forward_backward(out, **inputs["curiosity"], **gpu)
-    risk = risk_budget.forward(out, e=r, **inputs["risk_budget"], **gpu)
-    loss_q, grads_q = q_denoise.loss_and_grads(**inputs["q_denoise"], **gpu)
-    iqn = inputs["iqn"]
-    head_bias = reduction.column_sum(iqn["head_grad"], backend=backend)
-    hidden_bias = reduction.column_sum(iqn["hidden_grad"], backend=backend)
-    grads_k = kan.backward(**inputs["kan"], **gpu)
-    grads_m = mamba2.backward(inputs["mamba2_backward"]["dout"], **m, impl=impl, **gpu)
-    return {
-        "mamba2.out": out,
-        "curiosity.loss": loss_c,
-        "curiosity.r": r,
-        **{f"curiosity.{k}": v for k, v in grads_c._asdict().items()},
-        "risk_budget.risk": risk,
-        "q_denoise.loss": loss_q,
-        **{f"q_denoise.{k}": v for k, v in grads_q._asdict().items()},
-        "iqn.head_bias_grad": head_bias,
-        "iqn.hidden_bias_grad": hidden_bias,
-        **{f"kan.{k}": v for k, v in grads_k._asdict().items()},
-        **{f"mamba2.{k}": v for k, v in grads_m._asdict().items()},
-    }
+    out: dict[str, Any] = {}
+    for _, part in _parts(_PublicLayers(backend, precision, impl), inputs, out):
+        part()
+    return out
+
+
+def _validate(inputs: dict[str, dict[str, Any]], backend: str, precision: str, impl: str) -> None:
+    """One `run` (every argument checked, every kernel compiled); the kernel path also needs
+    Mamba2's w given (the layer module would fill in ones for w=None)."""
+    if inputs["mamba2"].get("w") is None:
+        raise ValueError("foxcute.step: the kernel path needs mamba2's w as an array (make_inputs gives one)")
+    run(inputs, backend=backend, precision=precision, impl=impl)
+
+
+def kernel_parts(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", precision: str = "tf32",
+                 impl: str = "fused") -> tuple[list[tuple[str, Callable[[], None]]], dict[str, Any]]:
+    """Validates `inputs` (device arrays) with one `run`, which also compiles every kernel,
+    then returns the step's (PARTS name, function) pairs straight through the kernel modules
+    and the dict they fill. Each function launches on the array library's current stream."""
+    layers = _KernelLayers(backend, precision, impl)
+    _validate(inputs, backend, precision, impl)
+    out: dict[str, Any] = {}
+    return _parts(layers, inputs, out), out
+
+
+def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", precision: str = "tf32",
+                impl: str = "fused") -> Callable[[], dict[str, Any]]:
+    """Validates `inputs` with one `run`, then returns a function that launches one step
+    straight through the kernel modules on the current stream and returns its fresh outputs
+    (as `run` names them). That function can be captured in a CUDA graph (timing.bench)."""
+    layers = _KernelLayers(backend, precision, impl)
+    _validate(inputs, backend, precision, impl)
+
+    def launch() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for _, part in _parts(layers, inputs, out):
+            part()
+        return out
+    return launch
+
+
+def to_device(inputs: dict[str, dict[str, Any]], library: str = "torch") -> dict[str, dict[str, Any]]:
+    """`make_inputs`'s NumPy inputs copied to the GPU: torch CUDA tensors ("torch") or cupy
+    arrays ("cupy"), dtypes kept; the Python scalars (sigma, b2) stay as they are."""
+    if library == "torch":
+        import torch
+
+        def copy(x):
+            return torch.from_numpy(numpy.ascontiguousarray(x)).cuda()
+    elif library == "cupy":
+        import cupy
+
+        copy = cupy.asarray
+    else:
+        raise ValueError(f"foxcute.step.to_device: library must be 'torch' or 'cupy', got {library!r}")
+    return {layer: {k: copy(v) if isinstance(v, numpy.ndarray) else v for k, v in arrays.items()}
+            for layer, arrays in inputs.items()}
+
+
+def to_host(inputs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """NumPy copies of step inputs held on the GPU (for the reference backend)."""
+    return {layer: {k: to_numpy(v) if array_kind(v) is not None else v for k, v in arrays.items()}
+            for layer, arrays in inputs.items()}
+
+
+def rel_errors(outputs: dict[str, Any], reference: dict[str, Any]) -> dict[str, float]:
+    """||out - ref|| / ||ref|| for every output of the step (foxcute.checks.rel_err)."""
+    if set(outputs) != set(reference):
+        raise ValueError(f"foxcute.step.rel_errors: outputs {sorted(set(outputs) ^ set(reference))} "
+                         f"are not in both results")
+    return {name: rel_err(outputs[name], reference[name]) for name in reference}
+
+
+def check_same_layout(held: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> None:
+    """Raise ValueError unless `new` has the arrays of `held` (same layers, names and shapes)
+    and the same scalars: a captured graph reads its arrays in place but has its scalars
+    (sigma, b2) baked into the launches."""
+    if held.keys() != new.keys():
+        raise ValueError(f"foxcute.step: new inputs have layers {sorted(new)}, the captured step {sorted(held)}")
+    for layer, arrays in held.items():
+        if arrays.keys() != new[layer].keys():
+            raise ValueError(f"foxcute.step: new inputs of {layer} are {sorted(new[layer])}, "
+                             f"the captured step's {sorted(arrays)}")
+        for name, value in arrays.items():
+            other = new[layer][name]
+            if array_kind(value) is None:
+                if float(other) != float(value):
+                    raise ValueError(f"foxcute.step: {layer}.{name} is fixed at capture ({value}); got "
+                                     f"{other}. Capture again to change it")
+            elif tuple(other.shape) != tuple(value.shape) or str(other.dtype).replace("torch.", "") \
+                    != str(value.dtype).replace("torch.", ""):
+                raise ValueError(f"foxcute.step: {layer}.{name} must keep shape {tuple(value.shape)} and "
+                                 f"dtype {value.dtype}, got {tuple(other.shape)} {other.dtype}")
+
+
+class CapturedStep:
+    """One cute step captured in a torch CUDA graph. `replay()` relaunches it on the current
+    stream, reading `inputs` in place and writing `outputs` in place; `refresh(new)` copies
+    new input values into `inputs` (arrays only: the scalars are part of the graph)."""
+
+    def __init__(self, inputs: dict[str, dict[str, Any]], precision: str, impl: str):
+        import torch
+
+        first = inputs["mamba2"]["h"]
+        if array_kind(first) != "torch":
+            raise ValueError("foxcute.step.capture: the inputs must be torch CUDA tensors "
+                             "(step.to_device(inputs, 'torch')); the graph is torch's")
+        self.inputs = inputs
+        launch = kernel_step(inputs, backend="cute", precision=precision, impl=impl)
+        with torch.cuda.device(first.device):
+            # torch wants work warmed up on a side stream before capture (allocator, lazy init)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                launch()
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            # the kernels fetch the current stream when called: here the capturing one
+            with torch.cuda.graph(self.graph):
+                self.outputs = launch()
+
+    def replay(self) -> dict[str, Any]:
+        self.graph.replay()
+        return self.outputs
+
+    def refresh(self, new_inputs: dict[str, dict[str, Any]]) -> None:
+        """Copy `new_inputs` (NumPy, cupy or torch arrays of the same shapes) into the
+        captured inputs, on the current stream."""
+        import torch
+
+        check_same_layout(self.inputs, new_inputs)
+        for layer, arrays in self.inputs.items():
+            for name, held in arrays.items():
+                if array_kind(held) is not None:
+                    held.copy_(torch.as_tensor(new_inputs[layer][name], device=held.device))
+
+
+def capture(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32", impl: str = "fused") -> CapturedStep:
+    """The cute step on `inputs` (torch CUDA tensors) captured once in a CUDA graph, after one
+    validating `run` and one warm-up launch; see CapturedStep."""
+    return CapturedStep(inputs, precision, impl)

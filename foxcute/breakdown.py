@@ -1,0 +1,226 @@
+"""Where one training step's time goes: a per-kernel table in the shape of the trainer's
+profile (kernel, share of step time, us per call, calls per step) for the naive and the cute
+step, the naive/cute ratio per layer, and the headline step records for the profiling notebook.
+
+Method. Each part of the step (foxcute.step.PARTS) runs once, after a validating `run` that
+also compiled every kernel, inside its own `torch.profiler.profile(activities=[CPU, CUDA])`
+session: CUPTI records every kernel launched on the device, the CuTe DSL's included. A kernel
+is attributed to the part whose session saw it, so a kernel shared by several layers (the
+column sum, the naive batch sum) is counted where it ran; no clock alignment is involved.
+Kernel device times come from the session's Chrome trace (events of category "kernel",
+"gpu_memset", "gpu_memcpy"). If the profiler records no device event at all, the fallback
+times each part as a whole with foxcute.timing.bench (CUDA-graph replays for cute, plain calls
+for naive); the table's "method" column says which produced it.
+
+"share of step (%)" is a kernel's device time over the device time of all kernels of the
+step (launch gaps excluded); the step's wall time is the headline record's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pkgutil
+import re
+import tempfile
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import step
+from ._arrays import array_kind
+from .checks import rel_err
+
+PROFILER = "torch.profiler (CUPTI device activity)"
+BENCH = "timing.bench per part (no kernel events recorded)"
+DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
+TABLE_COLUMNS = ["backend", "layer", "kernel", "share of step (%)", "us per call", "calls per step",
+                 "total us", "method"]
+STEP_IMPLS = ("naive", "cute", "torch_eager", "torch_compile_cudagraphs")  # step_records' default
+_TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
+                "torch_compile_cudagraphs": "reduce-overhead"}  # foxcute.peers.step.Step modes
+
+_DSL_NAME = re.compile(r"kernel_cutlass_kernel_(?:foxcutekernels)?(\w+?)_object_at_")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelEvent:
+    """One device activity of one part of the step."""
+
+    part: str
+    name: str
+    us: float
+
+
+def _kernel_modules() -> list[str]:
+    from . import kernels
+
+    return sorted((m.name for m in pkgutil.iter_modules(kernels.__path__)), key=len, reverse=True)
+
+
+def short_kernel_name(name: str, modules: Sequence[str] | None = None) -> str:
+    """A readable kernel name: "module.Class" for foxcute's CuTe DSL kernels (the DSL names
+    them kernel_cutlass_kernel_foxcutekernels<module><Class>_object_at_<arguments>), the
+    name without arguments or template parameters for anything else."""
+    found = _DSL_NAME.search(name)
+    if found:
+        joined = found.group(1)
+        for module in (_kernel_modules() if modules is None else modules):
+            if joined.startswith(module) and len(joined) > len(module):
+                return f"{module}.{joined[len(module):]}"
+        return joined
+    plain = name.removeprefix("void ")
+    cut = min((i for i in (plain.find("<"), plain.find("(")) if i > 0), default=len(plain))
+    return plain[:cut].strip()
+
+
+def events_from_trace(trace: dict[str, Any], part: str) -> list[KernelEvent]:
+    """The device activities of a Chrome trace (torch.profiler's export) as events of `part`."""
+    return [KernelEvent(part, e["name"], float(e["dur"])) for e in trace.get("traceEvents", [])
+            if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
+
+
+def kernel_table(events: Iterable[KernelEvent], *, backend: str, method: str = PROFILER,
+                 modules: Sequence[str] | None = None) -> pd.DataFrame:
+    """Events of one step aggregated per (part, kernel): calls per step, us per call (mean),
+    total us and share of the step's device time; largest first. The trainer's table shape."""
+    modules = _kernel_modules() if modules is None else modules
+    rows = pd.DataFrame([(e.part, short_kernel_name(e.name, modules), e.us) for e in events],
+                        columns=["layer", "kernel", "us"])
+    if rows.empty:
+        return pd.DataFrame(columns=TABLE_COLUMNS)
+    table = rows.groupby(["layer", "kernel"], sort=False)["us"].agg(["count", "mean", "sum"]).reset_index()
+    table = table.rename(columns={"count": "calls per step", "mean": "us per call", "sum": "total us"})
+    table["share of step (%)"] = 100.0 * table["total us"] / table["total us"].sum()
+    table["backend"] = backend
+    table["method"] = method
+    return table.sort_values("total us", ascending=False, kind="stable")[TABLE_COLUMNS].reset_index(drop=True)
+
+
+def part_table(part_us: dict[str, float], *, backend: str, method: str = BENCH) -> pd.DataFrame:
+    """The fallback's table: one row per part, its time as a whole ("all kernels")."""
+    events = [KernelEvent(part, "(all kernels of the part)", us) for part, us in part_us.items()]
+    table = kernel_table(events, backend=backend, method=method, modules=())
+    table["calls per step"] = np.nan  # not known without kernel events
+    return table
+
+
+def layer_ratio(naive: pd.DataFrame, cute: pd.DataFrame) -> pd.DataFrame:
+    """Per part of the step: naive and cute device time (us) and naive / cute, with the
+    whole step as the last row."""
+    per_part = pd.DataFrame({"naive us": naive.groupby("layer", sort=False)["total us"].sum(),
+                             "cute us": cute.groupby("layer", sort=False)["total us"].sum()})
+    per_part = per_part.reindex([p for p in step.PARTS if p in per_part.index]
+                                + [p for p in per_part.index if p not in step.PARTS])
+    per_part.loc["step"] = per_part.sum(min_count=1)
+    per_part["naive / cute"] = per_part["naive us"] / per_part["cute us"]
+    per_part.index.name = "layer"
+    return per_part
+
+
+def _profile_parts(parts: list[tuple[str, Callable[[], None]]]) -> list[KernelEvent]:
+    """Each part once in its own profiler session; the device events each session recorded."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    events: list[KernelEvent] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (part, run_part) in enumerate(parts):
+            torch.cuda.synchronize()
+            # CPU activity too, as torch.profiler is commonly run (device events correlated with
+            # their launches); only the device events are read back
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                run_part()
+                torch.cuda.synchronize()
+            path = os.path.join(tmp, f"{i}_{part}.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                events += events_from_trace(json.load(f), part)
+    return events
+
+
+def _bench_parts(parts: list[tuple[str, Callable[[], None]]], backend: str, library: str) -> dict[str, float]:
+    from . import timing
+
+    settings = (dict(graph=False, warmup=0, reps=3, calls_per_rep=1) if backend == "naive"
+                else dict(graph=True, warmup=3, reps=20, calls_per_rep=10))
+    return {part: timing.bench(run_part, library=library, **settings)[0] for part, run_part in parts}
+
+
+def step_breakdown(inputs: dict[str, dict[str, Any]], *, backend: str, precision: str = "tf32",
+                   impl: str = "fused") -> pd.DataFrame:
+    """The per-kernel table (TABLE_COLUMNS) of one step on `inputs` (torch CUDA tensors,
+    step.to_device(..., "torch")) with backend "naive" or "cute"."""
+    library = array_kind(inputs["mamba2"]["h"])
+    if library != "torch":
+        raise ValueError("foxcute.breakdown: the inputs must be torch CUDA tensors (the profiler is torch's)")
+    parts, _ = step.kernel_parts(inputs, backend=backend, precision=precision, impl=impl)
+    for _, run_part in parts:  # one untimed pass: lazy module loads and allocator growth
+        run_part()
+    events = _profile_parts(parts)
+    if events:
+        return kernel_table(events, backend=backend)
+    return part_table(_bench_parts(parts, backend, library), backend=backend)
+
+
+def _record(name: str, sizes: step.StepSizes, precision: str) -> dict[str, Any]:
+    return {"layer": "step", "impl": name, "pass": "step",
+            "params": {**dataclasses.asdict(sizes), "precision": precision},
+            "time_us": None, "floor_us": None, "rel_err": None}
+
+
+def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
+                 impls: Sequence[str] = STEP_IMPLS, precision: str = "tf32", impl: str = "fused",
+                 warmup: int = 5, reps: int = 50, calls_per_rep: int = 10, naive_reps: int = 3,
+                 reference: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The headline: one record per implementation of the whole step (layer "step", pass
+    "step", params the StepSizes and precision), in the profiling notebook's schema, with
+    rel_err the worst over the step's outputs against the float64 reference and "timing"
+    saying how it was timed. A failing implementation gets an "error" instead of a time.
+
+    cute: straight through the kernel modules, captured in one CUDA graph, replays timed
+    (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run.
+    naive: plain calls, `naive_reps` of them (a naive step takes seconds). The torch peer
+    (foxcute.peers.step) as a PyTorch user runs it, plain calls: torch_eager,
+    torch_compile (also accepted; not in the default list: one more compile of minutes),
+    torch_compile_cudagraphs (torch's own CUDA graphs). `reference`: step.run's reference
+    outputs for these sizes and seed, if already computed."""
+    from . import timing
+
+    host = step.make_inputs(sizes, np.random.default_rng(seed))
+    if reference is None:
+        reference = step.run(host, backend="reference")
+    device = step.to_device(host, "torch")
+    records = []
+    for name in impls:
+        row = _record(name, sizes, precision)
+        try:
+            fn, graph = _step_function(name, device, precision, impl)
+            outputs = fn()
+            row["rel_err"] = max(rel_err(outputs[k], reference[k]) for k in reference)
+            if graph:
+                timing.check_graph_replay(lambda: list(fn().values()), library="torch")
+            settings = (dict(warmup=0, reps=naive_reps, calls_per_rep=1) if name == "naive"
+                        else dict(warmup=warmup, reps=reps, calls_per_rep=calls_per_rep))
+            row["timing"] = "CUDA graph replay" if graph else "plain calls"
+            row["time_us"], _ = timing.bench(fn, graph=graph, library="torch", **settings)
+        except Exception as exc:  # one implementation failing must not hide the others
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        records.append(row)
+    return records
+
+
+def _step_function(name: str, device: dict[str, dict[str, Any]], precision: str,
+                   impl: str) -> tuple[Callable[[], dict[str, Any]], bool]:
+    """(zero-argument step function, whether timing.bench may capture it in a CUDA graph)."""
+    if name in ("naive", "cute"):
+        return step.kernel_step(device, backend=name, precision=precision, impl=impl), name == "cute"
+    if name not in _TORCH_MODES:
+        raise ValueError(f"foxcute.breakdown: unknown step implementation {name!r}; known: "
+                         f"naive, cute, {', '.join(_TORCH_MODES)}")
+    from .peers.step import Step
+
+    peer = Step(_TORCH_MODES[name], precision)
+    return (lambda: peer(device)), False

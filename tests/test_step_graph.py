@@ -1,0 +1,221 @@
+"""CPU checks of the step's GPU machinery: the breakdown's aggregation (kernel names, trace
+parsing, per-kernel and per-layer tables), the captured step's refresh rules, the parts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from foxcute import breakdown, step
+from foxcute.breakdown import KernelEvent
+
+SIZES = step.StepSizes(B=6, K=3, SH2=10, D=4, Q=5, A_q=5, H_q=7, A=3, H_c=9, I_risk=4, H_risk=6,
+                       I_kan=3, O_kan=4, G_kan=5, H_iqn=11)
+MODULES = ("column_sum", "naive_q_denoise", "q_denoise", "risk_budget", "_naive", "mamba2", "naive_mamba2")
+DSL_COLUMN_SUM = ("kernel_cutlass_kernel_foxcutekernelscolumn_sumColumnSum_object_at__tensorptrf32gmemalign16"
+                  "o341241_tensorptrf32gmemalign16o31311_0")
+DSL_NAIVE_Q = "kernel_cutlass_kernel_foxcutekernelsnaive_q_denoisePerSample_object_at__tensorptrf32gmem_0"
+DSL_BATCH_SUM = "kernel_cutlass_kernel_foxcutekernels_naiveBatchSum_object_at__tensorptrf32gmemalign16o1_0"
+TORCH_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+              "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+
+
+@pytest.mark.parametrize("name, short", [
+    (DSL_COLUMN_SUM, "column_sum.ColumnSum"),
+    (DSL_NAIVE_Q, "naive_q_denoise.PerSample"),
+    (DSL_BATCH_SUM, "_naive.BatchSum"),
+    (TORCH_FILL, "at::native::vectorized_elementwise_kernel"),
+    ("Memset (Device)", "Memset"),
+    ("ampere_sgemm_128x64_tn", "ampere_sgemm_128x64_tn"),
+])
+def test_short_kernel_names(name, short):
+    assert breakdown.short_kernel_name(name, MODULES) == short
+
+
+def test_short_names_use_the_kernel_package_when_no_modules_are_given():
+    assert breakdown.short_kernel_name(DSL_COLUMN_SUM) == "column_sum.ColumnSum"
+    assert breakdown.short_kernel_name(DSL_NAIVE_Q) == "naive_q_denoise.PerSample"
+
+
+def test_trace_parsing_keeps_device_activities_only():
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::fill_", "dur": 50.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "dur": 4.0},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "dur": 5.0},
+        {"ph": "X", "cat": "kernel", "name": DSL_COLUMN_SUM, "dur": 12.5},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "dur": 1.0},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 3},
+        {"ph": "M", "name": "process_name", "args": {"name": "python"}},
+    ]}
+    assert breakdown.events_from_trace(trace, "iqn_bias_grad_reduce") == [
+        KernelEvent("iqn_bias_grad_reduce", DSL_COLUMN_SUM, 12.5),
+        KernelEvent("iqn_bias_grad_reduce", "Memset (Device)", 1.0)]
+    assert breakdown.events_from_trace({}, "x") == []
+
+
+def test_kernel_table_aggregates_per_layer_and_kernel():
+    events = [KernelEvent("mamba2_backward", DSL_COLUMN_SUM, 10.0),
+              KernelEvent("mamba2_backward", DSL_NAIVE_Q, 60.0),
+              KernelEvent("iqn_bias_grad_reduce", DSL_COLUMN_SUM, 4.0),
+              KernelEvent("iqn_bias_grad_reduce", DSL_COLUMN_SUM, 6.0),
+              KernelEvent("mamba2_backward", DSL_COLUMN_SUM, 20.0)]
+    table = breakdown.kernel_table(events, backend="cute", modules=MODULES)
+    assert list(table.columns) == breakdown.TABLE_COLUMNS
+    assert table[["layer", "kernel"]].values.tolist() == [
+        ["mamba2_backward", "naive_q_denoise.PerSample"], ["mamba2_backward", "column_sum.ColumnSum"],
+        ["iqn_bias_grad_reduce", "column_sum.ColumnSum"]]
+    assert table["calls per step"].tolist() == [1, 2, 2]
+    assert table["us per call"].tolist() == [60.0, 15.0, 5.0]
+    assert table["total us"].tolist() == [60.0, 30.0, 10.0]
+    assert table["share of step (%)"].tolist() == pytest.approx([60.0, 30.0, 10.0])
+    assert set(table["backend"]) == {"cute"} and set(table["method"]) == {breakdown.PROFILER}
+
+
+def test_kernel_table_of_no_events_is_empty_with_the_columns():
+    table = breakdown.kernel_table([], backend="naive")
+    assert table.empty and list(table.columns) == breakdown.TABLE_COLUMNS
+
+
+def test_part_table_is_labelled_as_the_fallback():
+    table = breakdown.part_table({"mamba2_forward": 30.0, "kan_backward": 10.0}, backend="cute")
+    assert table["layer"].tolist() == ["mamba2_forward", "kan_backward"]
+    assert table["share of step (%)"].tolist() == pytest.approx([75.0, 25.0])
+    assert table["calls per step"].isna().all()
+    assert set(table["method"]) == {breakdown.BENCH}
+
+
+def test_layer_ratio_per_part_in_step_order_with_the_step_total():
+    naive = breakdown.kernel_table([KernelEvent("kan_backward", "k1", 800.0), KernelEvent("kan_backward", "k2", 200.0),
+                                    KernelEvent("mamba2_forward", "k3", 3000.0)], backend="naive", modules=())
+    cute = breakdown.kernel_table([KernelEvent("mamba2_forward", "c1", 30.0), KernelEvent("kan_backward", "c2", 5.0)],
+                                  backend="cute", modules=())
+    ratio = breakdown.layer_ratio(naive, cute)
+    assert ratio.index.tolist() == ["mamba2_forward", "kan_backward", "step"]
+    assert ratio["naive us"].tolist() == [3000.0, 1000.0, 4000.0]
+    assert ratio["cute us"].tolist() == [30.0, 5.0, 35.0]
+    assert ratio["naive / cute"].tolist() == pytest.approx([100.0, 200.0, 4000.0 / 35.0])
+
+
+def test_layer_ratio_keeps_a_part_only_one_side_has():
+    naive = breakdown.kernel_table([KernelEvent("kan_backward", "k", 8.0)], backend="naive", modules=())
+    cute = breakdown.kernel_table([KernelEvent("kan_backward", "k", 2.0), KernelEvent("risk_budget_forward", "r", 1.0)],
+                                  backend="cute", modules=())
+    ratio = breakdown.layer_ratio(naive, cute)
+    assert ratio.index.tolist() == ["risk_budget_forward", "kan_backward", "step"]
+    assert np.isnan(ratio.loc["risk_budget_forward", "naive / cute"])
+    assert ratio.loc["kan_backward", "naive / cute"] == 4.0
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return step.make_inputs(SIZES, np.random.default_rng(3))
+
+
+def test_parts_run_in_the_order_of_PARTS_and_make_the_step(inputs):
+    out = {}
+    parts = step._parts(step._PublicLayers("reference", "tf32", "fused"), inputs, out)
+    assert [name for name, _ in parts] == list(step.PARTS)
+    for _, part in parts:
+        part()
+    whole = step.run(inputs)
+    assert list(out) == list(whole)
+    for name in whole:
+        np.testing.assert_array_equal(out[name], whole[name])
+
+
+def test_kernel_path_needs_a_gpu_backend(inputs):
+    with pytest.raises(ValueError, match="needs a GPU backend"):
+        step.kernel_step(inputs, backend="reference")
+
+
+def test_rel_errors_name_every_output_and_demand_the_same_outputs(inputs):
+    reference = step.run(inputs)
+    errors = step.rel_errors(reference, reference)
+    assert list(errors) == list(reference) and not any(errors.values())
+    with pytest.raises(ValueError, match="kan.dx"):
+        step.rel_errors({k: v for k, v in reference.items() if k != "kan.dx"}, reference)
+
+
+def test_refresh_accepts_same_layout_and_rejects_other_scalars_shapes_and_names(inputs):
+    other = step.make_inputs(SIZES, np.random.default_rng(4))
+    step.check_same_layout(inputs, other)
+    moved = {**other, "mamba2": {**other["mamba2"], "sigma": 0.5}}
+    with pytest.raises(ValueError, match="mamba2.sigma is fixed at capture"):
+        step.check_same_layout(inputs, moved)
+    bigger = step.make_inputs(step.StepSizes(**{**SIZES.__dict__, "B": SIZES.B + 1}), np.random.default_rng(4))
+    with pytest.raises(ValueError, match=r"must keep shape \(6, 3, 10\)"):
+        step.check_same_layout(inputs, bigger)
+    wide = {**other, "curiosity": {**other["curiosity"], "a": other["curiosity"]["a"].astype(np.int64)}}
+    with pytest.raises(ValueError, match="curiosity.a must keep shape .* and dtype int32"):
+        step.check_same_layout(inputs, wide)
+    with pytest.raises(ValueError, match="new inputs have layers"):
+        step.check_same_layout(inputs, {k: v for k, v in other.items() if k != "iqn"})
+
+
+def test_to_device_rejects_an_unknown_library(inputs):
+    with pytest.raises(ValueError, match="library must be 'torch' or 'cupy'"):
+        step.to_device(inputs, "jax")
+
+
+def test_to_host_copies_and_keeps_scalars(inputs):
+    host = step.to_host(inputs)
+    assert host["mamba2"]["sigma"] == inputs["mamba2"]["sigma"]
+    np.testing.assert_array_equal(host["kan"]["C"], inputs["kan"]["C"])
+
+
+def test_torch_peer_step_on_the_cpu_matches_the_reference(inputs):
+    torch = pytest.importorskip("torch")
+    from foxcute.peers.step import Step
+
+    device = {layer: {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
+              for layer, arrays in inputs.items()}
+    out = Step("eager", "fp32")(device)
+    errors = step.rel_errors(out, step.run(inputs))
+    assert max(errors.values()) < 1e-5, errors
+
+
+def test_step_records_name_the_layer_and_sizes():
+    record = breakdown._record("cute", SIZES, "tf32")
+    assert (record["layer"], record["pass"], record["impl"]) == ("step", "step", "cute")
+    assert record["params"]["B"] == SIZES.B and record["params"]["H_iqn"] == SIZES.H_iqn
+    assert record["params"]["precision"] == "tf32"
+    assert json.loads(json.dumps(record)) == record  # JSON-ready for the results file
+
+
+RETURNS = {("mamba2", "forward"): 1, ("mamba2", "backward"): 7, ("curiosity", "forward_backward"): 7,
+           ("risk_budget", "forward"): 1, ("q_denoise", "loss_and_grads"): 6, ("kan", "backward"): 3,
+           ("column_sum", "column_sum"): 1}
+
+
+@pytest.mark.parametrize("backend", ["cute", "naive"])
+def test_kernel_path_calls_every_kernel_function_as_its_signature_says(inputs, monkeypatch, backend):
+    """The kernel path bypasses the layer modules: each kernel function is replaced by a fake
+    that binds the call to the real signature (so a wrong argument fails) and records it."""
+    import importlib
+    import inspect
+
+    calls = []
+    for (layer, function), count in RETURNS.items():
+        module = importlib.import_module(f"foxcute.kernels.{'' if backend == 'cute' else 'naive_'}{layer}")
+        signature = inspect.signature(getattr(module, function))
+
+        def fake(*args, _sig=signature, _name=f"{layer}.{function}", _count=count, **kwargs):
+            bound = _sig.bind(*args, **kwargs)
+            calls.append((_name, dict(bound.arguments)))
+            return np.zeros(2) if _count == 1 else tuple(np.full(2, i) for i in range(_count))
+        monkeypatch.setattr(module, function, fake)
+    out = {}
+    for _, part in step._parts(step._KernelLayers(backend, "fp32", "seed"), inputs, out):
+        part()
+    assert [name for name, _ in calls] == ["mamba2.forward", "curiosity.forward_backward", "risk_budget.forward",
+                                           "q_denoise.loss_and_grads", "column_sum.column_sum",
+                                           "column_sum.column_sum", "kan.backward", "mamba2.backward"]
+    arguments = dict(calls)
+    if backend == "cute":
+        assert arguments["mamba2.backward"]["impl"] == "seed" and arguments["kan.backward"]["precision"] == "fp32"
+    assert arguments["mamba2.forward"]["sigma"] == inputs["mamba2"]["sigma"]
+    assert arguments["risk_budget.forward"]["e"] is out["curiosity.r"]
+    assert arguments["curiosity.forward_backward"]["s"] is out["mamba2.out"]
+    assert list(out) == list(step.run(inputs))  # the same outputs, named as run names them
