@@ -10,6 +10,7 @@ which a CUDA graph capture does not allow. Correctness goes through the public f
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
@@ -21,14 +22,13 @@ from . import _layer, mamba2, q_denoise, kan, curiosity, risk_budget, reduction
 
 F32 = 4  # bytes per float32 / int32
 
-# Spec defaults (trainer sizes). B scales every case; column_sum's M is B * Q.
-DEFAULTS = dict(B=8192, K=8, SH2=256, D=16, Q=64)
-
 
 @dataclass(frozen=True)
 class Case:
     """One layer pass. `make(rng, sizes)` returns float32/int32 NumPy inputs by name, in the
-    order the layer function takes them; `outputs` names what the pass returns, flattened."""
+    order the layer function takes them; `outputs` names what the pass returns, flattened.
+    `sizes` are the trainer's (B scales every case; column_sum's M is B * Q), `odd_sizes`
+    small awkward ones for the correctness checks."""
 
     layer: str
     pass_: str
@@ -144,9 +144,7 @@ _MODULES = {"mamba2": mamba2, "q_denoise": q_denoise, "kan": kan, "curiosity": c
 
 
 def offered_backends(layer: str) -> tuple[str, ...]:
-    if layer == "column_sum":
-        return tuple(b for b in reduction.BACKENDS
-                     if b == "reference" or importlib.util.find_spec("foxcute.kernels.column_sum"))
+    """"reference" and the GPU backends whose kernel module for `layer` exists."""
     return _layer.offered_backends(layer)
 
 
@@ -216,147 +214,169 @@ def impls() -> list[Impl]:
     baselines when torch is importable)."""
     found: list[Impl] = []
     naive = "naive_{layer}"
-    found.append(Impl("naive", "cupy", _kernel_impl(naive),
-                      applies=lambda c: c.layer != "column_sum" and _kernel_exists(naive)(c)))
+    found.append(Impl("naive", "cupy", _kernel_impl(naive), applies=_kernel_exists(naive)))
     for impl in mamba2.IMPLS:
         found.append(Impl(f"cute_{impl}", "cupy", _kernel_impl("{layer}", impl=impl, precision="tf32"),
                           applies=lambda c: c.layer == "mamba2" and _kernel_exists("{layer}")(c)))
     found.append(Impl("cute", "cupy", _kernel_impl("{layer}", precision="tf32"),
                       applies=lambda c: c.layer not in ("mamba2", "column_sum") and _kernel_exists("{layer}")(c)))
-    found.append(Impl("cute", "cupy", _kernel_impl("column_sum"),
-                      applies=lambda c: c.layer == "column_sum" and _kernel_exists("column_sum")(c)))
+    found.append(Impl("cute", "cupy", _kernel_impl("{layer}"),  # no precision: plain float32 adds
+                      applies=lambda c: c.layer == "column_sum" and _kernel_exists("{layer}")(c)))
     if importlib.util.find_spec("torch") is not None:
         found.extend(_torch_impls())
     return found
 
 
 # ---------------------------------------------------------------- torch baselines
-# The same math written as plain torch (explicit backward formulas, as the spec states them),
-# run eagerly, through torch.compile, and through torch.compile's CUDA graphs. TF32 matmuls.
+# foxcute.peers.<layer> holds the same math in plain torch (autograd for the backward), with
+# the pass function named as in the layer module. Run eagerly, through torch.compile, and
+# through torch.compile's CUDA graphs (mode "reduce-overhead"). Matmuls may use TF32.
 
 
-def _torch_mamba2_scan(torch, h_hist, h, W_A, W_B, W_C, sigma):
-    a, u, c = h_hist @ W_A, h_hist @ W_B, h @ W_C
-    s = torch.sigmoid(a)
-    g = sigma * s
-    xs = [torch.zeros_like(c)]
-    for t in range(a.shape[1]):
-        xs.append(g[:, t] * xs[-1] + u[:, t])
-    return s, g, c, xs
-
-
-def _torch_mamba2_forward(h_hist, h, W_A, W_B, W_C, w, sigma):
-    import torch
-
-    _, _, c, xs = _torch_mamba2_scan(torch, h_hist, h, W_A, W_B, W_C, sigma)
-    ctx = (c * xs[-1]).mean(dim=1)
-    return (h + ctx[:, None] * w[None, :],)
-
-
-def _torch_mamba2_backward(dout, h_hist, h, W_A, W_B, W_C, w, sigma):
-    import torch
-
-    s, g, c, xs = _torch_mamba2_scan(torch, h_hist, h, W_A, W_B, W_C, sigma)
-    D, K = W_C.shape[1], h_hist.shape[1]
-    ctx = (c * xs[-1]).mean(dim=1)
-    dctx = dout @ w
-    dc = dctx[:, None] * xs[-1] / D
-    lam = dctx[:, None] * c / D
-    du = [None] * K
-    for t in range(K - 1, -1, -1):
-        du[t] = lam
-        lam = lam * g[:, t]
-    du = torch.stack(du, dim=1)
-    x_before = torch.stack(xs[:K], dim=1)
-    da = du * x_before * sigma * s * (1 - s)
-    h_flat = h_hist.reshape(-1, h_hist.shape[2])
-    return (h_flat.T @ da.reshape(-1, D), h_flat.T @ du.reshape(-1, D), h.T @ dc, ctx @ dout,
-            (du * x_before * s).sum(), da @ W_A.T + du @ W_B.T, dout + dc @ W_C.T)
-
-
-def _torch_q_denoise(q, q_target, W1, b1, W2, b2):
-    z1 = q @ W1.T + b1
-    h1 = z1.clamp_min(0)
-    diff = h1 @ W2.T + b2 - q_target
-    dy = 2 * diff / diff.numel()
-    dz1 = (dy @ W2) * (z1 > 0)
-    return ((diff * diff).mean(), dz1.T @ q, dz1.sum(0), dy.T @ h1, dy.sum(0), dz1 @ W1)
-
-
-def _torch_column_sum(G):
-    return (G.sum(0),)
-
-
-def _torch_kan_phi(torch, x, G):
-    mu = torch.linspace(-2.0, 2.0, G, device=x.device)
-    delta = 4.0 / (G - 1)
-    offset = x[:, :, None] - mu
-    return torch.exp(-(offset / delta) ** 2), offset, delta
-
-
-def _torch_kan_forward(x, C, Wb):
-    import torch
-
-    phi, _, _ = _torch_kan_phi(torch, x, C.shape[1] // x.shape[1])
-    return (phi.reshape(x.shape[0], -1) @ C.T + torch.nn.functional.silu(x) @ Wb.T,)
-
-
-def _torch_kan_backward(dy, x, C, Wb):
-    import torch
-
-    phi, offset, delta = _torch_kan_phi(torch, x, C.shape[1] // x.shape[1])
-    sig = torch.sigmoid(x)
-    dphi = (dy @ C).reshape(phi.shape)
-    dx = (dphi * phi * (-2 * offset / delta**2)).sum(2) + (dy @ Wb) * sig * (1 + x * (1 - sig))
-    return (dy.T @ phi.reshape(x.shape[0], -1), dy.T @ (x * sig), dx)
-
-
-def _torch_curiosity(s, a, s_next, W1, b1, W2, b2):
-    import torch
-
-    B, F = s.shape
-    onehot = torch.nn.functional.one_hot(a.long(), W1.shape[1] - F).to(s.dtype)
-    inputs = torch.cat([s, onehot], dim=1)
-    z = inputs @ W1.T + b1
-    hid = z.clamp_min(0)
-    diff = hid @ W2.T + b2 - s_next
-    r = (diff * diff).sum(1) / (2 * F)
-    dpred = diff / (F * B)
-    dz = (dpred @ W2) * (z > 0)
-    return (r.mean(), r, dz.T @ inputs, dz.sum(0), dpred.T @ hid, dpred.sum(0), dz @ W1[:, :F])
-
-
-def _torch_risk(h, isv, e, W1, b1, w2, b2):
-    import torch
-
-    SH2 = h.shape[1]
-    z = h @ W1[:, :SH2].T + (W1[:, SH2:SH2 + isv.shape[0]] @ isv + b1) + e[:, None] * W1[:, -1]
-    return (torch.sigmoid(z.clamp_min(0) @ w2 + b2),)
-
-
-_TORCH_FUNCTIONS = {
-    ("mamba2", "forward"): _torch_mamba2_forward, ("mamba2", "backward"): _torch_mamba2_backward,
-    ("q_denoise", "loss_and_grads"): _torch_q_denoise, ("column_sum", "forward"): _torch_column_sum,
-    ("kan", "forward"): _torch_kan_forward, ("kan", "backward"): _torch_kan_backward,
-    ("curiosity", "forward_backward"): _torch_curiosity, ("risk_budget", "forward"): _torch_risk,
-}
+def _peer_function(case: Case) -> Callable | None:
+    if importlib.util.find_spec("foxcute.peers") is None or \
+            importlib.util.find_spec(f"foxcute.peers.{case.layer}") is None:
+        return None
+    return getattr(importlib.import_module(f"foxcute.peers.{case.layer}"), case.kernel_function, None)
 
 
 def _torch_impl(mode: str | None) -> Callable[[Case, dict[str, Any]], Callable[[], Any]]:
     def make(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
+        import inspect
+
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = True
-        fn = _TORCH_FUNCTIONS[(case.layer, case.pass_)]
+        fn = _peer_function(case)
         if mode is not None:
-            fn = torch.compile(fn, mode=mode, dynamic=False)
+            # A backward pass takes the forward (or loss) to differentiate as a keyword:
+            # compile that and let AOTAutograd compile its backward; a forward pass is compiled whole.
+            module = importlib.import_module(f"foxcute.peers.{case.layer}")
+            hook = next((k for k in ("forward_fn", "loss_fn") if k in inspect.signature(fn).parameters), None)
+            if hook is None:
+                fn = torch.compile(fn, mode=mode, dynamic=False)
+            else:
+                inner = getattr(module, hook.removesuffix("_fn"))
+                fn = functools.partial(fn, **{hook: torch.compile(inner, mode=mode, dynamic=False)})
         args = list(x.values())
         return lambda: fn(*args)
     return make
 
 
 def _torch_impls() -> list[Impl]:
-    return [Impl("torch_eager", "torch", _torch_impl(None)),
-            Impl("torch_compile", "torch", _torch_impl("default")),
+    has_peer = lambda case: _peer_function(case) is not None  # noqa: E731
+    return [Impl("torch_eager", "torch", _torch_impl(None), applies=has_peer),
+            Impl("torch_compile", "torch", _torch_impl("default"), applies=has_peer),
             # reduce-overhead replays torch's own CUDA graphs: timed as plain calls
-            Impl("torch_compile_cudagraphs", "torch", _torch_impl("reduce-overhead"), graph=False)]
+            Impl("torch_compile_cudagraphs", "torch", _torch_impl("reduce-overhead"), graph=False,
+                 applies=has_peer)]
+
+
+# ---------------------------------------------------------------- gradient checks (float64)
+
+
+@dataclass(frozen=True)
+class GradientCheck:
+    """How a pass's gradient outputs relate to its inputs: `objective(x)` is the scalar whose
+    gradient the pass returns (x: float64 inputs by name), `wrt` maps output -> input."""
+
+    objective: Callable[[dict[str, Any]], float]
+    wrt: dict[str, str]
+
+
+GRADIENTS: dict[tuple[str, str], GradientCheck] = {
+    ("mamba2", "backward"): GradientCheck(
+        lambda x: float(np.sum(x["dout"] * mamba2.reference_forward(
+            x["h_hist"], x["h"], x["W_A"], x["W_B"], x["W_C"], x["w"], x["sigma"]))),
+        {"dW_A": "W_A", "dW_B": "W_B", "dW_C": "W_C", "dw": "w", "dsigma": "sigma",
+         "dh_hist": "h_hist", "dh": "h"}),
+    ("q_denoise", "loss_and_grads"): GradientCheck(
+        lambda x: q_denoise.reference_loss_and_grads(
+            x["q"], x["q_target"], x["W1"], x["b1"], x["W2"], x["b2"])[0],
+        {"dW1": "W1", "db1": "b1", "dW2": "W2", "db2": "b2", "dq": "q"}),
+    ("kan", "backward"): GradientCheck(
+        lambda x: float(np.sum(x["dy"] * kan.reference_forward(x["x"], x["C"], x["Wb"]))),
+        {"dC": "C", "dWb": "Wb", "dx": "x"}),
+    ("curiosity", "forward_backward"): GradientCheck(
+        lambda x: curiosity.reference_forward_backward(
+            x["s"], x["a"], x["s_next"], x["W1"], x["b1"], x["W2"], x["b2"])[0],
+        {"dW1": "W1", "db1": "b1", "dW2": "W2", "db2": "b2", "ds": "s"}),
+}
+
+
+def as_float64(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Float arrays and scalars to float64; integer arrays (action indices) unchanged."""
+    return {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) if isinstance(v, np.ndarray)
+            else float(v) for k, v in inputs.items()}
+
+
+def directional_fd(objective: Callable[[dict[str, Any]], float], x: dict[str, Any], name: str,
+                   direction: Any, eps: float) -> float:
+    """Central difference of `objective` at x along `direction` in input `name`."""
+    def at(step: float) -> float:
+        moved = dict(x)
+        moved[name] = x[name] + step * direction
+        return objective(moved)
+    return (at(eps) - at(-eps)) / (2 * eps)
+
+
+def fd_gradient(objective: Callable[[dict[str, Any]], float], x: dict[str, Any], name: str,
+                eps: float) -> Any:
+    """The full gradient of `objective` in input `name`, one central difference per entry."""
+    value = x[name]
+    if np.isscalar(value):
+        return directional_fd(objective, x, name, 1.0, eps)
+    grad = np.zeros(value.shape)
+    for idx in np.ndindex(value.shape):
+        unit = np.zeros(value.shape)
+        unit[idx] = 1.0
+        grad[idx] = directional_fd(objective, x, name, unit, eps)
+    return grad
+
+
+# ---------------------------------------------------------------- compiled-kernel facts
+
+_VEC128_LOAD = r"ld\.global(?:\.[a-z]+)*\.(?:v4\.[bfsu]32|v2\.[bfsu]64)"
+
+
+def ptx_facts(compiled: Any) -> dict[str, Any]:
+    """What the PTX and cubin of a kernel compiled with KeepPTX/KeepCUBIN say: 128-bit global
+    loads, tensor-core mma.sync, local-memory traffic (spills or stack arrays), registers."""
+    import re
+
+    ptx = compiled.__ptx__ or ""
+    return {
+        "ld_global_128bit": len(re.findall(_VEC128_LOAD, ptx)),
+        "mma_sync_tf32": len(re.findall(r"mma\.sync\.aligned\.[^\s;]*tf32", ptx)),
+        "ld_st_local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
+        "registers": cubin_registers(compiled.__cubin__) if compiled.__cubin__ else None,
+    }
+
+
+def cubin_registers(cubin: bytes) -> list[int]:
+    """Registers per thread of each kernel in an ELF cubin (EIATTR_REGCOUNT in .nv.info)."""
+    import struct
+
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_at = sections[shstrndx][4]
+
+    def name(offset: int) -> str:
+        return cubin[names_at + offset:cubin.index(b"\0", names_at + offset)].decode()
+
+    counts = []
+    for name_offset, _, _, _, offset, size in sections:
+        if name(name_offset) != ".nv.info":
+            continue
+        p = offset
+        while p < offset + size:  # entries: format byte, attribute byte, then by format
+            fmt, attr = cubin[p], cubin[p + 1]
+            if fmt == 0x04:  # EIFMT_SVAL: 16-bit length, then payload
+                length = struct.unpack_from("<H", cubin, p + 2)[0]
+                if attr == 0x2F:  # EIATTR_REGCOUNT: (function symbol, registers)
+                    counts.append(struct.unpack_from("<II", cubin, p + 4)[1])
+                p += 4 + length
+            else:  # EIFMT_NVAL (no value) takes 2 bytes, EIFMT_HVAL/BVAL 4
+                p += 2 if fmt == 0x01 else 4
+    return counts

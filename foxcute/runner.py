@@ -38,7 +38,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "device": "cpu",
         "backends": "reference",
         "seed": 0,
-        "batch": 8192,
         "cpu_batch": 64,
         "compile_report": True,
     },
@@ -53,9 +52,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_report": False,
     },
 }
-
-STATUSES = ("ok", "failed", "timeout", "dead_kernel")
-
 
 class RunnerError(ValueError):
     """A run was asked for with a notebook, preset or parameter that does not exist."""
@@ -168,7 +164,7 @@ def run_folder_name(prov: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def _kernel_environment() -> Iterator[None]:
-    """The notebooks' kernels import this very foxcute, draw no GUI, and show no tqdm bars."""
+    """The notebooks' kernels import this very foxcute and draw figures without a GUI."""
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "MPLBACKEND")}
     path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
@@ -200,7 +196,10 @@ def execute(notebook: Path, output: Path, params: dict[str, Any], *, cell_timeou
                 progress_bar=progress_bar, log_output=not progress_bar)
     except papermill.PapermillExecutionError as exc:
         entry["status"] = "failed"
-        entry["error"] = {"cell_index": exc.cell_index, "ename": exc.ename, "evalue": exc.evalue}
+        # cell_index counts the cells as run (the injected-parameters cell included);
+        # exec_count is the failing cell's execution count in the saved notebook.
+        entry["error"] = {"cell_index": exc.cell_index, "exec_count": exc.exec_count,
+                          "ename": exc.ename, "evalue": exc.evalue}
     except CellTimeoutError as exc:
         entry["status"] = "timeout"
         entry["error"] = {"ename": "CellTimeoutError", "evalue": str(exc).splitlines()[0],
@@ -259,8 +258,9 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
         for r in results["records"]:
             ratio = r["time_us"] / r["floor_us"] if r.get("time_us") and r.get("floor_us") else None
             params = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items())
+            err = f"error: {r['error'].split(':')[0]}" if r.get("error") else _fmt(r.get("rel_err"))
             lines.append(f"| {r['layer']} | {r['pass']} | {r['impl']} | {params} | {_fmt(r.get('time_us'))} "
-                         f"| {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {_fmt(r.get('rel_err'))} |")
+                         f"| {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {err} |")
     if results["checks"]:
         failed = [c for c in results["checks"] if not c.get("ok")]
         lines += ["", "## Checks", "", f"{len(results['checks'])} checks, {len(failed)} failed."]

@@ -113,13 +113,15 @@ def _backend(library: str) -> _Cupy | _Torch:
 
 
 def bench(fn: Callable[[], Any], *, graph: bool = True, warmup: int = 5, reps: int = 50,
-          calls_per_rep: int = 10, library: str = "cupy") -> tuple[float, list[float]]:
+          calls_per_rep: int = 10, library: str = "cupy", budget_s: float = 5.0) -> tuple[float, list[float]]:
     """Median microseconds per call of `fn` and the per-call samples (one per event pair).
 
     graph=True: `fn` is captured once in a CUDA graph (after `warmup` plain calls, which also
     compile), and each sample times `calls_per_rep` back-to-back replays. graph=False: each
     sample times `calls_per_rep` plain calls, launch overhead included. `library` is the array
     library of `fn`'s arrays ("cupy" or "torch"): its current stream is the one captured.
+    A slow `fn` (a naive kernel can take tens of milliseconds) gets fewer samples, at least
+    5 single calls, so that one measurement stays near `budget_s` seconds.
     """
     lib = _backend(library)
     lib.run_on_stream(fn, warmup)
@@ -136,6 +138,10 @@ def bench(fn: Callable[[], Any], *, graph: bool = True, warmup: int = 5, reps: i
             for _ in range(calls_per_rep):
                 fn()
 
+    first_ms = lib.timed(body) / calls_per_rep
+    if first_ms * calls_per_rep * reps > budget_s * 1e3:
+        calls_per_rep = 1
+        reps = max(5, min(reps, int(budget_s * 1e3 / max(first_ms, 1e-6))))
     samples = [lib.timed(body) * 1e3 / calls_per_rep for _ in range(reps)]
     return statistics.median(samples), samples
 

@@ -1,0 +1,26 @@
+# Two commands on a fresh machine with python3 and git:
+#   make test   all tests (GPU tests skip without a GPU)
+#   make run    the notebooks through papermill (preset auto: h200 on a GPU, else cpu)
+# Both create .venv on first use; the install reruns only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+RUN_ARGS ?= --preset auto
+
+.PHONY: test run
+
+$(VENV_PYTHON):
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(VENV_PYTHON)
+	$(VENV_PYTHON) -m pip install --upgrade pip
+	$(VENV_PYTHON) -m pip install -e ".[test,lab]"
+	touch $@
+
+test: $(INSTALLED)
+	$(VENV_PYTHON) -m pytest
+
+run: $(INSTALLED)
+	$(VENV_PYTHON) -m foxcute run $(RUN_ARGS)

@@ -1,0 +1,167 @@
+"""The notebook runner: typed parameters, and each way a notebook can fail kept apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from foxcute import runner
+
+
+def write_notebook(folder: Path, name: str, *cells: str) -> Path:
+    """A notebook whose first cell is the parameters cell and the rest are `cells`."""
+    params = new_code_cell('seconds: float = 0.0  # sleep\nflag: bool = False  # a switch\n'
+                           'count: int = 3  # a count\nlabel: str = "x"  # a name\n'
+                           'output_dir: str = "."  # side files')
+    params.metadata["tags"] = ["parameters"]
+    nb = new_notebook(cells=[params, *(new_code_cell(c) for c in cells)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def declared(tmp_path):
+    return {"00_a": runner.declared_parameters(write_notebook(tmp_path, "00_a", "pass"))}
+
+
+def test_param_values_parse_by_the_type_of_the_default(declared):
+    parsed = runner.parse_overrides(["seconds=1.10", "flag=true", "count=7", "label=0e123456"], declared)
+    assert parsed == {"seconds": 1.1, "flag": True, "count": 7, "label": "0e123456"}
+    assert type(parsed["seconds"]) is float and type(parsed["count"]) is int
+    assert runner.parse_overrides(["flag=0"], declared) == {"flag": False}
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("sigma=1", "no selected notebook declares it"),
+    ("count=1.5", "not a int"),
+    ("flag=maybe", "not a bool"),
+    ("count", "expected name=value"),
+    ("output_dir=/x", "set by the runner"),
+])
+def test_bad_params_are_rejected_with_a_reason(declared, pair, message):
+    with pytest.raises(runner.RunnerError, match=message):
+        runner.parse_overrides([pair], declared)
+
+
+def test_unknown_param_stops_the_run_before_anything_executes(tmp_path):
+    nb_dir = tmp_path / "nb"
+    nb_dir.mkdir()
+    write_notebook(nb_dir, "00_a", "pass")
+    with pytest.raises(runner.RunnerError, match="nonexistent"):
+        runner.run(preset="cpu", param_pairs=["nonexistent=1"], out_dir=tmp_path / "runs", notebook_dir=nb_dir)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_notebook_receives_only_the_parameters_it_declares(declared, tmp_path):
+    params = runner.notebook_parameters(declared["00_a"], {"count": 5, "device": "cpu"}, {"label": "y"}, tmp_path)
+    assert params == {"count": 5, "label": "y", "output_dir": str(tmp_path)}
+
+
+def test_every_preset_entry_is_declared_by_some_notebook():
+    declared = {}
+    for nb in runner.notebooks():
+        declared.update(runner.declared_parameters(nb))
+    for name, preset in runner.PRESETS.items():
+        unknown = set(preset) - set(declared)
+        assert not unknown, f"preset {name} sets parameters no notebook declares: {unknown}"
+        for key, value in preset.items():
+            assert type(value) is type(declared[key]), f"preset {name}: {key} has the wrong type"
+
+
+def test_failures_are_classified_and_partial_notebooks_kept(tmp_path):
+    nb_dir = tmp_path / "nb"
+    nb_dir.mkdir()
+    write_notebook(nb_dir, "00_ok", "import json, pathlib\n"
+                   "pathlib.Path(output_dir, 'results_00_ok.json').write_text(json.dumps({'records': ["
+                   "{'layer': 'l', 'impl': 'i', 'pass': 'p', 'params': {'B': count}, 'time_us': 2.0, "
+                   "'floor_us': 1.0, 'rel_err': 0.0}]}))")
+    write_notebook(nb_dir, "01_raises", "done_before = True", "raise ValueError('boom')", "never = True")
+    write_notebook(nb_dir, "02_sleeps", "import time\ntime.sleep(seconds)")
+    write_notebook(nb_dir, "03_dies", "import os\nos._exit(1)")
+    code, run_dir = runner.run(preset="cpu", param_pairs=["seconds=60", "count=9"], out_dir=tmp_path / "runs",
+                               notebook_dir=nb_dir, cell_timeout_s=3, progress_bar=False)
+    assert code != 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    status = {nb["name"]: nb for nb in manifest["notebooks"]}
+    assert [status[n]["status"] for n in ("00_ok", "01_raises", "02_sleeps", "03_dies")] == \
+        ["ok", "failed", "timeout", "dead_kernel"]
+    assert status["01_raises"]["error"]["ename"] == "ValueError"
+    assert manifest["parameters"]["02_sleeps"]["seconds"] == 60.0
+
+    partial = nbformat.read(run_dir / "01_raises.ipynb", as_version=4)
+    failing = [c for c in partial.cells if c.get("execution_count") == status["01_raises"]["error"]["exec_count"]]
+    assert len(failing) == 1 and "raise ValueError" in failing[0].source
+    executed = [c for c in partial.cells if c.cell_type == "code" and c.get("execution_count")]
+    assert any("done_before" in c.source for c in executed)
+    assert not any("never" in c.source for c in executed)
+    assert (run_dir / "02_sleeps.ipynb").exists() and (run_dir / "03_dies.ipynb").exists()
+
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["records"][0]["params"] == {"B": 9}
+    summary = (run_dir / "summary.md").read_text()
+    assert "| 01_raises" in summary or "[01_raises]" in summary
+    assert "timeout" in summary and "dead_kernel" in summary
+    index = (tmp_path / "runs" / "README.md").read_text()
+    assert f"[{run_dir.name}]({run_dir.name}/summary.md)" in index
+
+
+def test_run_folder_name_says_device_and_commit():
+    prov = {"utc": "2026-11-29T12:00:00Z", "gpu": "NVIDIA H200", "git_commit": "0123456789abcdef", "git_dirty": True}
+    assert runner.run_folder_name(prov) == "20261129T120000Z_nvidia-h200_01234567-dirty"
+    assert runner.run_folder_name({**prov, "gpu": None, "git_commit": None, "git_dirty": None}) == \
+        "20261129T120000Z_cpu_nocommit"
+
+
+def test_unknown_notebook_and_preset_are_rejected():
+    with pytest.raises(runner.RunnerError, match="no notebook"):
+        runner.select_notebooks(["99_missing"])
+    with pytest.raises(runner.RunnerError, match="unknown preset"):
+        runner.resolve_preset("a100")
+
+
+# ---- the timing helpers the profiling notebook relies on (GPU only)
+
+
+@pytest.mark.gpu
+def test_graph_timing_measures_a_captured_kernel_and_rejects_a_missed_capture():
+    import cupy
+
+    from foxcute import timing
+
+    x = cupy.arange(1 << 22, dtype=cupy.float32)
+
+    def doubled():
+        return x * 2  # launches on the current stream: the capturing one
+
+    timing.check_graph_replay(doubled)
+    median_us, samples = timing.bench(doubled, reps=7, calls_per_rep=3)
+    assert len(samples) == 7 and 0 < median_us < 1e5
+
+    elsewhere = cupy.cuda.Stream(non_blocking=True)
+
+    def doubled_elsewhere():
+        with elsewhere:  # not the capturing stream: the graph stays empty
+            return x * 2
+
+    with pytest.raises(AssertionError, match="not rewritten"):
+        timing.check_graph_replay(doubled_elsewhere)
+
+
+@pytest.mark.gpu
+def test_copy_bandwidth_is_plausible():
+    from foxcute import timing
+
+    assert 0.1 < timing.copy_bandwidth_TBps(1 << 28, reps=5) < 20  # TB/s: any real GPU lies here
+
+
+def test_floor_is_bytes_over_bandwidth():
+    from foxcute import timing
+
+    assert timing.floor_us(4.25e6, 4.25) == pytest.approx(1.0)  # 4.25 MB at 4.25 TB/s
+    assert timing.floor_us(2e6, 1.0) == pytest.approx(2.0)
