@@ -12,8 +12,8 @@ Design.
   rows r, r + rows, ... of its CTA's share, so each lane always adds into the same
   packed-row position (no shuffles in the streaming loop) and a warp's loads are contiguous.
 - Threads add with Kahan compensation (see kahan_add). Each CTA folds its threads'
-  partials over r in a fixed pairwise tree (shared memory) and writes one packed row of
-  partial sums. The last CTA to finish (an atomic ticket on an integer, the only atomic) sums the
+  partials over r in a fixed pairwise tree of compensated (TwoSum) adds in shared memory
+  and writes one packed row of partial sums. The last CTA to finish (an atomic ticket on an integer, the only atomic) sums the
   CTAs' partials in CTA order, folds the `pack` positions of each column and adds the
   M % pack tail rows. Every add happens in an order fixed by (M, N, grid), so the result is
   bit-identical run to run; no float atomics.
@@ -78,14 +78,15 @@ class ColumnSum:
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
         # Per-thread-row partials, needed only when several thread rows share a CTA.
-        sPartial = None
+        sHigh = sLow = None
         if cutlass.const_expr(self.rows > 1):
-            sPartial = smem.allocate_tensor(Float32, cute.make_layout((self.rows, self.vecs, 4),
-                                                                      stride=(self.width, 4, 1)), 16)
+            partial_layout = cute.make_layout((self.rows, self.vecs, 4), stride=(self.width, 4, 1))
+            sHigh = smem.allocate_tensor(Float32, partial_layout, 16)
+            sLow = smem.allocate_tensor(Float32, partial_layout, 16)
         sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
 
         # Phase 1: this CTA's share of G -> one packed row of partial sums in mWork[cta].
-        self.sum_rows(mG, mG.shape[0], cta, num_ctas, tid, sPartial, mWork, cta)
+        self.sum_rows(mG, mG.shape[0], cta, num_ctas, tid, sHigh, sLow, mWork, cta)
 
         # Publish the partials, then take a ticket; the CTA that draws the last one finishes.
         cute.arch.fence_acq_rel_gpu()
@@ -96,7 +97,7 @@ class ColumnSum:
         if sTicket[0] == num_ctas - 1:
             cute.arch.fence_acq_rel_gpu()
             # Phase 2: the CTAs' partials, summed in CTA order by the same code, -> mWork[num_ctas].
-            self.sum_rows(mWork, num_ctas, 0, 1, tid, sPartial, mWork, num_ctas)
+            self.sum_rows(mWork, num_ctas, 0, 1, tid, sHigh, sLow, mWork, num_ctas)
             cute.arch.sync_threads()
             tail_start = (m // self.pack) * self.pack
             for col in cutlass.range(tid, self.n, self.threads, unroll=1):
@@ -126,7 +127,7 @@ class ColumnSum:
 
     @cute.jit
     def sum_rows(self, mSrc: cute.Tensor, num_rows: Int32, first_group: Int32, group_stride: Int32,
-                 tid: Int32, sPartial: cute.Tensor, mDst: cute.Tensor, dst_row: Int32):
+                 tid: Int32, sHigh: cute.Tensor, sLow: cute.Tensor, mDst: cute.Tensor, dst_row: Int32):
         """Sum packed rows first_group*rows + r, stepping group_stride*rows, of mSrc into
         mDst[dst_row]; thread (r, c) = divmod(tid, cols) adds float4 columns c, c+cols, ..."""
         r = tid // self.cols
@@ -152,25 +153,35 @@ class ColumnSum:
             for u in cutlass.range_constexpr(self.unroll):
                 for g in cutlass.range_constexpr(self.vecs_per_thread):
                     self.kahan_add(acc, comp, g, batch[u, g, None].load())
+        # A thread's sum is acc - comp (Kahan's comp holds the negated low part).
         if cutlass.const_expr(self.rows == 1):
             for g in cutlass.range_constexpr(self.vecs_per_thread):
                 v = c + g * self.cols
                 if v < self.vecs:
-                    mDst[dst_row, v, None].store(acc[g, None].load())
+                    mDst[dst_row, v, None].store(acc[g, None].load() - comp[g, None].load())
         else:
             # rows > 1 means cols == vecs: every thread holds exactly one vector. Fold the
-            # thread rows pairwise in shared memory (a fixed tree, log2(rows) barriers): a
-            # sequential Kahan fold of 85 rows (N = 3) cost ~0.7 us of dependent adds.
+            # thread rows pairwise in shared memory (a fixed tree, log2(rows) barriers; a
+            # sequential fold of 85 rows at N = 3 cost ~0.7 us of dependent adds), carrying
+            # each sum as a high and a low part joined by an exact TwoSum: a plain float32
+            # tree lost 1.7e-6 relative on a cancelling column on the H200.
             if r < self.rows:
-                sPartial[r, c, None].store(acc[0, None].load())
+                sHigh[r, c, None].store(acc[0, None].load())
+                sLow[r, c, None].store(-comp[0, None].load())
             for step in cutlass.range_constexpr(len(self.fold_halves)):
                 half = self.fold_halves[step]
                 cute.arch.sync_threads()
                 if r < half and r + half < self.rows:
-                    sPartial[r, c, None].store(sPartial[r, c, None].load() + sPartial[r + half, c, None].load())
+                    a = sHigh[r, c, None].load()
+                    b = sHigh[r + half, c, None].load()
+                    s = a + b
+                    b_virtual = s - a
+                    err = (a - (s - b_virtual)) + (b - b_virtual)
+                    sHigh[r, c, None].store(s)
+                    sLow[r, c, None].store(sLow[r, c, None].load() + sLow[r + half, c, None].load() + err)
             cute.arch.sync_threads()
             if r == 0:
-                mDst[dst_row, c, None].store(sPartial[0, c, None].load())
+                mDst[dst_row, c, None].store(sHigh[0, c, None].load() + sLow[0, c, None].load())
 
 
 _compiled = _cute.CompiledCache()
