@@ -26,6 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="folder that receives the run folder and the index README.md")
     run.add_argument("--timeout-cell", type=float, default=runner.DEFAULT_CELL_TIMEOUT_S, metavar="S",
                      help="seconds any one cell may run (default %(default)s)")
+    index = sub.add_parser("index", help="rebuild papermill_runs/README.md and README.md's results "
+                                         "block from the committed run folders")
+    index.add_argument("--out", type=Path, default=runner.DEFAULT_OUT, help="the runs folder")
+    index.add_argument("--readme", type=Path, default=runner.DEFAULT_OUT.parent / "README.md")
     return parser
 
 
@@ -33,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not sys.stderr.isatty():  # CI: papermill streams each cell's output as log lines
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if args.command == "index":
+        print(runner.write_index(args.out))
+        if runner.update_readme(args.readme, args.out):
+            print(f"{args.readme}: results block from {runner.newest_gpu_run(args.out).name}")
+        return 0
     try:
         code, _ = runner.run(preset=args.preset, notebook_names=args.notebooks, param_pairs=args.params,
                              out_dir=args.out, cell_timeout_s=args.timeout_cell)

@@ -289,6 +289,61 @@ def write_index(out_dir: Path) -> Path:
     return index
 
 
+README_BEGIN = "<!-- foxcute-results:begin (written by `foxcute index`) -->"
+README_END = "<!-- foxcute-results:end -->"
+HEADLINE_IMPLS = ("naive", "cute", "cute_fused", "cute_seed", "torch_eager", "torch_compile",
+                  "torch_compile_cudagraphs")
+
+
+def headline_markdown(run_dir: Path) -> str:
+    """The README's results block from one run folder: per layer pass the time (us) of each
+    implementation, the memory floor, best CuTe time / floor and naive / best CuTe."""
+    results = json.loads((run_dir / "results.json").read_text())
+    prov = results["provenance"]
+    cases: dict[str, dict[str, Any]] = {}
+    for r in results["records"]:
+        variant = (r.get("params") or {}).get("variant")
+        name = f"{r['layer']} {r['pass']}" + (f" ({variant})" if variant else "")
+        case = cases.setdefault(name, {"floor": r.get("floor_us"), "times": {}})
+        case["times"][r["impl"]] = r.get("time_us")
+    impls = [i for i in HEADLINE_IMPLS if any(i in c["times"] for c in cases.values())]
+    lines = [f"From run [{run_dir.name}](papermill_runs/{run_dir.name}/summary.md): {prov.get('gpu')}, "
+             f"commit `{(prov.get('git_commit') or '-')[:12]}`, copy ceiling "
+             f"{_fmt(prov.get('copy_bandwidth_TBps'))} TB/s; times in microseconds (CUDA-graph replays "
+             f"where the summary says so), batch as in its parameters.", "",
+             "| layer pass | " + " | ".join(impls) + " | floor | best cute / floor | naive / best cute |",
+             "|---|" + "---|" * (len(impls) + 3)]
+    for name, case in cases.items():
+        cute = [t for i, t in case["times"].items() if i.startswith("cute") and t]
+        best = min(cute) if cute else None
+        naive = case["times"].get("naive")
+        ratio = best / case["floor"] if best and case["floor"] else None
+        speedup = naive / best if naive and best else None
+        cells = [_fmt(case["times"].get(i)) for i in impls]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt(case['floor'])} | {_fmt(ratio)} "
+                     f"| {_fmt(speedup)} |")
+    return "\n".join(lines) + "\n"
+
+
+def newest_gpu_run(out_dir: Path) -> Path | None:
+    runs = [m.parent for m in sorted(out_dir.glob("*/manifest.json"))
+            if json.loads(m.read_text())["provenance"].get("gpu")]
+    return runs[-1] if runs else None
+
+
+def update_readme(readme: Path, out_dir: Path) -> bool:
+    """Replace the README's results block with the headline of the newest GPU run folder.
+    Returns False (README untouched) when there is no GPU run or no block."""
+    run_dir = newest_gpu_run(out_dir)
+    text = readme.read_text()
+    if run_dir is None or README_BEGIN not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_BEGIN}\n{headline_markdown(run_dir)}{README_END}{tail}")
+    return True
+
+
 def _log(message: str) -> None:
     print(f"[foxcute run] {message}", file=sys.stderr, flush=True)
 

@@ -165,3 +165,26 @@ def test_floor_is_bytes_over_bandwidth():
 
     assert timing.floor_us(4.25e6, 4.25) == pytest.approx(1.0)  # 4.25 MB at 4.25 TB/s
     assert timing.floor_us(2e6, 1.0) == pytest.approx(2.0)
+
+
+def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
+    def run_folder(name, gpu, records):
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        prov = {"utc": name, "gpu": gpu, "git_commit": "abc123", "copy_bandwidth_TBps": 4.25}
+        (folder / "manifest.json").write_text(json.dumps(
+            {"preset": "h200", "notebooks": [{"name": "03_profiling", "status": "ok"}], "provenance": prov}))
+        (folder / "results.json").write_text(json.dumps({"provenance": prov, "records": records}))
+
+    rec = lambda impl, t: {"layer": "column_sum", "pass": "forward", "impl": impl,  # noqa: E731
+                           "params": {"N": 3, "variant": "N=3"}, "time_us": t, "floor_us": 2.0}
+    run_folder("2026a_gpu", "NVIDIA H200", [rec("naive", 900.0), rec("cute", 4.0), rec("torch_eager", 8.0)])
+    run_folder("2026b_cpu", None, [])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{runner.README_BEGIN}\nold\n{runner.README_END}\nrest\n")
+    assert runner.update_readme(readme, tmp_path / "runs")
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
+    row = next(line for line in text.splitlines() if line.startswith("| column_sum forward (N=3)"))
+    assert row.split("|")[1:-1] == [" column_sum forward (N=3) ", " 900 ", " 4 ", " 8 ", " 2 ", " 2 ", " 225 "]
+    assert "2026a_gpu" in text
