@@ -63,6 +63,7 @@ def _check(where, backend, precision, x, C, Wb) -> Checker:
 
 
 def _silu_and_slope(x):
+    """silu(x) = x * sigmoid(x) and its derivative."""
     s = _layer.sigmoid(x)
     return x * s, s * (1.0 + x * (1.0 - s))
 

@@ -50,29 +50,31 @@ def backward(dout, h_hist, h, W_A, W_B, W_C, w=None, sigma=1.0, *, backend="refe
              impl="fused", precision="tf32") -> Mamba2Grads:
     """The exact gradient of `forward` given dout [B, SH2] (spec section 1, Backward)."""
     where = "foxcute.mamba2.backward"
-    chk, w, sigma = _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma)
-    chk.array("dout", dout, ("B", "SH2"))
+    chk, w, sigma = _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma, dout=dout)
     if backend == "reference":
         return reference_backward(*to_float64(dout, h_hist, h, W_A, W_B, W_C, w), sigma)
     kernel, options = _layer.kernel_module("mamba2", backend, chk, impl=impl, precision=precision)
     return Mamba2Grads(*kernel.backward(dout, h_hist, h, W_A, W_B, W_C, w, sigma, **options))
 
 
-def _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma):
-    """Validates the forward's inputs; returns the Checker, w (ones of SH2 of the inputs'
-    kind when None) and sigma as a float."""
+def _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma, dout=None):
+    """Validates the inputs (dout too for the backward); only then returns the Checker,
+    w (ones of SH2 of the inputs' kind when None) and sigma as a float."""
     chk = _layer.start(where, "mamba2", backend, precision)
     check_choice(where, "impl", impl, IMPLS)
     chk.array("h_hist", h_hist, ("B", "K", "SH2"))
     chk.array("h", h, ("B", "SH2"))
     for name, weight in (("W_A", W_A), ("W_B", W_B), ("W_C", W_C)):
         chk.array(name, weight, ("SH2", "D"))
+    if w is not None:
+        chk.array("w", w, ("SH2",))
+    sigma = chk.scalar("sigma", sigma)
+    if dout is not None:
+        chk.array("dout", dout, ("B", "SH2"))
     if w is None:
         w = empty(h, (chk.dims["SH2"],), "float32")
         w[...] = 1
-    else:
-        chk.array("w", w, ("SH2",))
-    return chk, w, chk.scalar("sigma", sigma)
+    return chk, w, sigma
 
 
 # ---------------------------------------------------------------- float64 reference
