@@ -84,6 +84,7 @@ class _Scan(NamedTuple):
     """The forward's intermediates, which both backwards recompute rather than store."""
 
     s: np.ndarray    # sigmoid(a)          [B, K, D]
+    slope: np.ndarray  # sigmoid'(a) = sigmoid(a) sigmoid(-a), accurate where 1 - s rounds away
     g: np.ndarray    # sigma * sigmoid(a)  [B, K, D]
     c: np.ndarray    # h @ W_C             [B, D]
     x: np.ndarray    # x_0 .. x_K          [B, K+1, D]
@@ -95,13 +96,14 @@ def _forward_scan(h_hist, h, W_A, W_B, W_C, sigma) -> _Scan:
     u = h_hist @ W_B
     c = h @ W_C
     s = _layer.sigmoid(a)
+    slope = s * _layer.sigmoid(-a)
     g = sigma * s
     batch, steps, dstate = a.shape
     x = np.zeros((batch, steps + 1, dstate))
     for t in range(steps):  # the recurrence is sequential in t; everything else is vectorised
         x[:, t + 1] = g[:, t] * x[:, t] + u[:, t]
     ctx = (c * x[:, steps]).sum(axis=1) / dstate
-    return _Scan(s, g, c, x, ctx)
+    return _Scan(s, slope, g, c, x, ctx)
 
 
 def reference_forward(h_hist, h, W_A, W_B, W_C, w, sigma) -> np.ndarray:
@@ -141,7 +143,7 @@ def _backward_from_seed(dout, h_hist, h, W_A, W_B, W_C, sigma, scan: _Scan, dctx
         du[:, t] = lam
         lam = lam * scan.g[:, t]
     x_before = scan.x[:, :steps]  # x_t for t = 0..K-1, recomputed, never divided out
-    da = du * x_before * sigma * scan.s * (1.0 - scan.s)
+    da = du * x_before * sigma * scan.slope
     h_flat = h_hist.reshape(-1, h_hist.shape[2])
     return Mamba2Grads(
         dW_A=h_flat.T @ da.reshape(-1, dstate),

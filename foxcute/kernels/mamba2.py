@@ -1,0 +1,1025 @@
+"""Mamba2 temporal layer on the GPU (spec LAYERS.md section 1): forward and full backward.
+
+Two implementations, picked by `impl`:
+
+"fused"  One kernel per direction, each reading h_hist from global memory exactly once.
+         A CTA owns a tile of TILE_ROWS = 64 consecutive rows of h_hist viewed as [B*K, SH2],
+         i.e. Bt = 64 // K whole samples, so the K-step window of every sample it scans lies
+         in that CTA. Both kernels are persistent (tiles cta, cta + grid, ...).
+         Forward: walks SH2 in CHUNK = 64 column steps; 128-bit loads of the next chunk go
+         to registers while the tensor cores multiply the current one (a|u = h_hist @
+         [W_A|W_B]); W_A|W_B and W_C sit in shared memory for the CTA's life where two CTAs
+         per SM still fit (the defaults). c = h @ W_C is FFMA by one thread per (sample,
+         state) pair, the same thread that then runs that pair's scan from the a|u tile in
+         shared memory; ctx is a shuffle over the sample's D lanes; out = h + ctx * w.
+         Backward: cp.async brings the whole 64 x SH2 h_hist tile into shared memory at once
+         (no registers held, 64 KB in flight per CTA at the defaults); a|u, c and
+         dctx = dout @ w as in the forward; the forward scan is recomputed in registers and
+         the reverse scan writes da|du over a|u; then, per SH2 chunk, dh_hist = [da|du] @
+         [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
+         shared memory), dh = dout + dc @ W_C^T, dW_C += h^T dc and dw += ctx^T dout (FFMA).
+         Each CTA adds its tiles' weight gradients into its own row of a partials array in
+         tile order; `column_sum` then sums the rows in a fixed order. No float atomics:
+         bit-identical runs.
+"seed"   The trainer's plan, kernel by kernel: foxcute.kernels.gemm GEMMs for a|u and c, a
+         batch-parallel scan (one thread per (sample, state)) giving ctx, a readout kernel;
+         backward: a reverse-scan kernel giving [da|du], dc, ctx and dsigma partials, then
+         GEMMs for [dW_A|dW_B] = h_hist^T [da|du], dW_C = h^T dc, dw = dout^T ctx (split over
+         the batch, partials summed by `column_sum`), dh_hist = [da|du] [W_A|W_B]^T and
+         dh = dout + dc W_C^T.
+
+Matrix products run on TF32 tensor cores (warp-level mma.sync m16n8k8, operands rounded
+with cvt.rna) for precision="tf32", or as exact float32 FFMA for precision="fp32"; both go
+through the same CuTe tiled-MMA partitioning, so the tile code is shared. The scans, c,
+dctx and every reduction are float32 FFMA in both modes.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from . import _cute
+from ._cute import CompiledCache, compile_kernel, fake_ptr, fake_stream, gmem_ptr
+
+import cuda.bindings.driver as cuda  # noqa: E402  (after _cute: it sets the target arch)
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Float32, Int32, const_expr  # noqa: E402
+
+from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
+from .gemm import load_tf32  # noqa: E402
+
+IMPLS = ("fused", "seed")
+PRECISIONS = ("tf32", "fp32")
+
+THREADS = 256
+TILE_ROWS = 64  # rows of h_hist [B*K, SH2] per CTA tile
+CHUNK = 64  # SH2 columns per main-loop step
+SUPPORTED_D = (8, 16, 32)
+MAX_K = 16
+MAX_SH2 = 512
+PARTIAL_COLS = 4096  # column_sum takes at most this many columns at once
+SMEM_PER_SM = 228 * 1024 - 2 * 1024  # per SM, less 1 KB the driver reserves per CTA
+DEFAULTS = dict(B=8192, K=8, SH2=256, D=16)
+
+
+def check_sizes(chk: Checker, impl: str) -> None:
+    """Reject sizes the kernels do not support, before anything is launched. Supported, for
+    both impls: D in {8, 16, 32}; SH2 a multiple of 64 from 64 to 512; K from 1 to 16; any
+    B >= 1 with B*K*SH2 < 2**31."""
+    chk.dim_range("K", 1, MAX_K, "a CTA tile holds whole K windows of at least 4 samples")
+    chk.dim_range("SH2", CHUNK, MAX_SH2, "the backward keeps a 64 x SH2 h_hist tile in shared memory")
+    chk.dim_multiple("SH2", CHUNK, "the kernels step through SH2 in 64-column chunks")
+    D = chk.dims["D"]
+    if D not in SUPPORTED_D:
+        raise FoxcuteInputError(f"{chk.where}: D={D} is not supported; the kernels take D in "
+                                f"{SUPPORTED_D} (one state per lane in groups of D lanes)")
+    elements = chk.dims["B"] * chk.dims["K"] * chk.dims["SH2"]
+    if elements >= 2**31:
+        raise FoxcuteInputError(f"{chk.where}: h_hist has {elements} elements; the kernels index "
+                                f"with 32-bit integers (B*K*SH2 < 2**31)")
+
+
+# ----------------------------------------------------------------------------------------
+# shared building blocks (called while tracing a kernel)
+
+
+def _tiled_mma(tf32: bool) -> cute.TiledMma:
+    """The 256-thread MMA every product of the fused kernels uses (M a multiple of 64, N of 16).
+
+    tf32: 8 warps as 4 (M) x 2 (N), each warp issuing m16n8k8 mma.sync (a 64 x 16 x 8 tile).
+    fp32: one FMA per thread and step over a 16 x 16 thread grid; a warp covers 8 rows x 4
+    columns, so the A values it reads from shared memory are 8 distinct rows (conflict-free
+    at a row pitch of 4 mod 32) and its B values 4 distinct columns."""
+    if tf32:
+        return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)), cute.make_layout((4, 2, 1)))
+    return cute.make_tiled_mma(
+        cute.nvgpu.MmaUniversalOp(Float32),
+        cute.make_layout(((8, 2), (4, 4), 1), stride=((1, 32), (8, 64), 0)),
+    )
+
+
+def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor,
+              tf32: bool) -> None:
+    """acc += sA @ sB^T for shared-memory views sA (M, Kc) and sB (N, Kc), Kc a multiple of 8.
+
+    tf32: the register operands are the atom's own fragments (make_fragment_A/B: the
+    m16n8k8 register order a0..a3 = (g, t), (g+8, t), (g, t+4), (g+8, t+4)), filled element
+    by element with cvt.rna. A register tensor made "like" the shared-memory partition
+    copies its stride order instead; for a K-major A (a row pitch > 1 between the value
+    modes) mma.sync then got a0, a2, a2, a1 and never a3 (seen in the PTX), which is what
+    made every K-major-A product of the TF32 kernels wrong on the H200."""
+    tCsA = thr.partition_A(sA)
+    tCsB = thr.partition_B(sB)
+    if const_expr(tf32):
+        rA = tiled.make_fragment_A(tCsA[None, None, 0])
+        rB = tiled.make_fragment_B(tCsB[None, None, 0])
+        for k in range(cute.size(tCsA, mode=[2])):
+            # round to nearest (cvt.rna): truncating float32 bits would bias every product
+            load_tf32(rA, tCsA[None, None, k])
+            load_tf32(rB, tCsB[None, None, k])
+            cute.gemm(tiled, acc, rA, rB, acc)
+    else:
+        for k in range(cute.size(tCsA, mode=[2])):
+            a = cute.make_rmem_tensor_like(tCsA[None, None, k], Float32)
+            b = cute.make_rmem_tensor_like(tCsB[None, None, k], Float32)
+            cute.autovec_copy(tCsA[None, None, k], a)
+            cute.autovec_copy(tCsB[None, None, k], b)
+            cute.gemm(tiled, acc, a, b, acc)
+
+
+@cute.jit
+def _dot_chunk(acc: Float32, sRows: cute.Tensor, b: Int32, sCols: cute.Tensor, s: Int32) -> Float32:
+    """acc + sRows[b, :] . sCols[:, s] over one CHUNK; the row is read 128 bits at a time."""
+    row = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+    for k4 in cutlass.range_constexpr(CHUNK // 4):
+        cute.autovec_copy(cute.local_tile(sRows[b, None], (4,), (k4,)), row)
+        for e in cutlass.range_constexpr(4):
+            acc = acc + row[e] * sCols[k4 * 4 + e, s]
+    return acc
+
+
+@cute.jit
+def _sigmoid(a: Float32) -> Float32:
+    """sigmoid(a) from e = exp(-|a|) in (0, 1], which never overflows: 1/(1+e) for a >= 0,
+    e/(1+e) below (full relative accuracy on both flat ends)."""
+    e = cute.math.exp(-cute.math.abs(a))
+    r = Float32(1.0) / (Float32(1.0) + e)
+    sig = r
+    if a < Float32(0.0):
+        sig = e * r
+    return sig
+
+
+@cute.jit
+def _sigmoid_slope(a: Float32) -> Float32:
+    """sigmoid'(a) = sigmoid(a) * sigmoid(-a) = e/(1+e)^2 with e = exp(-|a|). The textbook
+    s * (1 - s) rounds 1 - s to 0 in float32 once a > ~17, while the true slope is ~exp(-a)
+    (1e-13 at a = 30); this form keeps full relative accuracy for every a."""
+    e = cute.math.exp(-cute.math.abs(a))
+    r = Float32(1.0) / (Float32(1.0) + e)
+    return e * r * r
+
+
+def _slots(n_vectors: int) -> int:
+    return (n_vectors + THREADS - 1) // THREADS
+
+
+class _TileCopies:
+    """128-bit copies between global memory, registers and shared memory for row tiles.
+
+    A tile of `rows` x `width` floats is cut into float4 vectors, vector idx = r*(width/4)+q,
+    handed to threads round-robin; `regs` is a (4, slots) register tensor."""
+
+    @cute.jit
+    def fetch_rows(self, src: cute.Tensor, row0: Int32, n_valid: Int32, col0: Int32,
+                   regs: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
+        """regs <- src[row0 + r, col0 : col0 + width] for r < rows; rows >= n_valid read as 0."""
+        tid, _, _ = cute.arch.thread_idx()
+        per_row = width // 4
+        for i in cutlass.range_constexpr(_slots(rows * per_row)):
+            idx = tid + i * THREADS
+            r = idx // per_row
+            q = idx - r * per_row
+            if r < n_valid:
+                cute.autovec_copy(cute.local_tile(src[row0 + r, None], (4,), (col0 // 4 + q,)),
+                                  regs[None, i])
+            else:
+                regs[None, i].fill(0.0)
+
+    @cute.jit
+    def store_rows(self, regs: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
+                   width: cutlass.Constexpr[int]):
+        """dst[r, 0:width] <- the vectors fetch_rows put in regs."""
+        tid, _, _ = cute.arch.thread_idx()
+        per_row = width // 4
+        for i in cutlass.range_constexpr(_slots(rows * per_row)):
+            idx = tid + i * THREADS
+            r = idx // per_row
+            q = idx - r * per_row
+            if idx < rows * per_row:
+                cute.autovec_copy(regs[None, i], cute.local_tile(dst[r, None], (4,), (q,)))
+
+    @cute.jit
+    def copy_rows_async(self, src: cute.Tensor, row0: Int32, n_valid: Int32, col0: Int32,
+                        dst: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
+        """dst[r, 0:width] <- src[row0 + r, col0 : col0 + width] by cp.async, 16 bytes each and
+        no registers held; rows >= n_valid are zeroed. Commits one cp.async group."""
+        tid, _, _ = cute.arch.thread_idx()
+        atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
+                                   Float32, num_bits_per_copy=128)
+        zeros = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        zeros.fill(0.0)
+        per_row = width // 4
+        for i in cutlass.range_constexpr(_slots(rows * per_row)):
+            idx = tid + i * THREADS
+            r = idx // per_row
+            q = idx - r * per_row
+            if r < n_valid:
+                cute.copy(atom, cute.local_tile(src[row0 + r, None], (4,), (col0 // 4 + q,)),
+                          cute.local_tile(dst[r, None], (4,), (q,)))
+            elif idx < rows * per_row:
+                cute.autovec_copy(zeros, cute.local_tile(dst[r, None], (4,), (q,)))
+        cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def store_rows_transposed(self, regs: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
+                              width: cutlass.Constexpr[int]):
+        """dst[c, r] <- element (r, c) of the tile fetch_rows put in regs (scalar stores)."""
+        tid, _, _ = cute.arch.thread_idx()
+        per_row = width // 4
+        for i in cutlass.range_constexpr(_slots(rows * per_row)):
+            idx = tid + i * THREADS
+            r = idx // per_row
+            q = idx - r * per_row
+            if idx < rows * per_row:
+                for e in cutlass.range_constexpr(4):
+                    dst[q * 4 + e, r] = regs[e, i]
+
+    @cute.jit
+    def fetch_weights_ab(self, mWA: cute.Tensor, mWB: cute.Tensor, col0: Int32, regs: cute.Tensor,
+                         D: cutlass.Constexpr[int]):
+        """regs <- [W_A | W_B][col0 : col0 + CHUNK, :]: CHUNK rows of 2D floats."""
+        tid, _, _ = cute.arch.thread_idx()
+        per_row = 2 * D // 4
+        half = D // 4
+        for i in cutlass.range_constexpr(_slots(CHUNK * per_row)):
+            idx = tid + i * THREADS
+            r = idx // per_row
+            q = idx - r * per_row
+            if idx < CHUNK * per_row:
+                if q < half:
+                    cute.autovec_copy(cute.local_tile(mWA[col0 + r, None], (4,), (q,)), regs[None, i])
+                else:
+                    cute.autovec_copy(cute.local_tile(mWB[col0 + r, None], (4,), (q - half,)),
+                                      regs[None, i])
+
+
+@cute.jit
+def _partial_offset(f: Int32, cta: Int32, num_ctas: Int32, L: cutlass.Constexpr[int]) -> Int32:
+    """Where CTA `cta` keeps weight-gradient entry f (of L) in the partials buffer.
+
+    The buffer is a run of column blocks of at most PARTIAL_COLS columns; block i is a
+    C-contiguous [num_ctas, width_i] array, so column_sum can take each block as it is."""
+    block = f // PARTIAL_COLS
+    col = f - block * PARTIAL_COLS
+    width = Int32(PARTIAL_COLS)
+    if block == (L - 1) // PARTIAL_COLS:
+        width = Int32(L - (L - 1) // PARTIAL_COLS * PARTIAL_COLS)
+    return block * (PARTIAL_COLS * num_ctas) + cta * width + col
+
+
+def _num_weights(SH2: int, D: int) -> int:
+    """Entries of the flat weight gradient [dW_A | dW_B | dW_C | dw | dsigma]."""
+    return 3 * SH2 * D + SH2 + 1
+
+
+# ----------------------------------------------------------------------------------------
+# fused forward
+
+
+class FusedForward(_TileCopies):
+    """out = h + ctx * w, with a|u, c, the scan and ctx computed per 64-row tile.
+
+    Persistent: each CTA walks tiles cta, cta + num_ctas, ... Where two CTAs' shared memory
+    allows (the defaults), W_A|W_B and W_C are loaded into shared memory once per CTA instead
+    of once per tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads)."""
+
+    def __init__(self, K: int, SH2: int, D: int, precision: str):
+        self.K, self.SH2, self.D = K, SH2, D
+        self.tf32 = precision == "tf32"
+        self.samples = TILE_ROWS // K  # Bt: whole samples per tile
+        self.pairs = _slots(self.samples * D)  # (sample, state) pairs per thread
+        tiles = 4 * (TILE_ROWS * (CHUNK + 4) + self.samples * (CHUNK + 4) + TILE_ROWS * (2 * D + 4))
+        resident = 4 * SH2 * (3 * D + 8)
+        self.resident_weights = 2 * (tiles + resident + 256) <= SMEM_PER_SM
+
+    def ctas_per_sm(self) -> int:
+        """Persistent CTAs per SM the grid is sized for (80-ish registers, < 113 KB at the defaults)."""
+        return 2
+
+    @cute.jit
+    def __call__(self, p_hist: cute.Pointer, p_h: cute.Pointer, p_wa: cute.Pointer,
+                 p_wb: cute.Pointer, p_wc: cute.Pointer, p_w: cute.Pointer, p_out: cute.Pointer,
+                 sigma: Float32, batch: Int32, num_ctas: Int32, stream: cuda.CUstream):
+        K, SH2, D = self.K, self.SH2, self.D
+        mHist = cute.make_tensor(p_hist, cute.make_layout((batch * K, SH2), stride=(SH2, 1)))
+        mH = cute.make_tensor(p_h, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        mWA = cute.make_tensor(p_wa, cute.make_layout((SH2, D), stride=(D, 1)))
+        mWB = cute.make_tensor(p_wb, cute.make_layout((SH2, D), stride=(D, 1)))
+        mWC = cute.make_tensor(p_wc, cute.make_layout((SH2, D), stride=(D, 1)))
+        mw = cute.make_tensor(p_w, cute.make_layout((1, SH2), stride=(SH2, 1)))
+        mOut = cute.make_tensor(p_out, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        self.kernel(mHist, mH, mWA, mWB, mWC, mw, mOut, sigma, batch, num_ctas).launch(
+            grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor, mWB: cute.Tensor,
+               mWC: cute.Tensor, mw: cute.Tensor, mOut: cute.Tensor, sigma: Float32, batch: Int32,
+               num_ctas: Int32):
+        K, SH2, D, Bt = self.K, self.SH2, self.D, self.samples
+        n_chunks = SH2 // CHUNK
+        tid, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        smem = cutlass.memory.SmemAllocator()
+        # row pitches: 4 mod 32 words for A tiles, 8 mod 32 for the W tile (conflict-free MMA reads)
+        sA = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
+        sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
+        w_rows = SH2 if self.resident_weights else CHUNK
+        sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(2 * D + 8, 1)), 16)
+        sWC = smem.allocate_tensor(Float32, cute.make_layout((w_rows, D), stride=(D, 1)), 16)
+
+        rHist = cute.make_rmem_tensor(cute.make_layout((4, _slots(TILE_ROWS * CHUNK // 4))), Float32)
+        rW = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * 2 * D // 4))), Float32)
+        rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
+        rWC = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * D // 4))), Float32)
+
+        tiled = _tiled_mma(self.tf32)
+        thr = tiled.get_slice(tid)
+        c_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
+
+        if const_expr(self.resident_weights):
+            for kc in cutlass.range_constexpr(n_chunks):
+                self.fetch_weights_ab(mWA, mWB, kc * CHUNK, rW, D)
+                self.fetch_rows(mWC, kc * CHUNK, CHUNK, 0, rWC, CHUNK, D)
+                self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D)
+                self.store_rows(rWC, cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
+
+        num_tiles = (batch + Bt - 1) // Bt
+        for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
+            b0 = tile * Bt
+            n_samples = cutlass.min(batch - b0, Bt)
+            row0 = b0 * K
+            acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))
+            acc.fill(0.0)
+            c_acc.fill(0.0)
+
+            self.fetch_rows(mHist, row0, n_samples * K, 0, rHist, TILE_ROWS, CHUNK)
+            self.fetch_rows(mH, b0, n_samples, 0, rH, Bt, CHUNK)
+            if const_expr(not self.resident_weights):
+                self.fetch_weights_ab(mWA, mWB, 0, rW, D)
+                self.fetch_rows(mWC, 0, CHUNK, 0, rWC, CHUNK, D)
+            for kc in cutlass.range(n_chunks, unroll=1):
+                self.store_rows(rHist, sA, TILE_ROWS, CHUNK)
+                self.store_rows(rH, sH, Bt, CHUNK)
+                if const_expr(not self.resident_weights):
+                    self.store_rows(rW, sW, CHUNK, 2 * D)
+                    self.store_rows(rWC, sWC, CHUNK, D)
+                cute.arch.barrier()
+                if kc + 1 < n_chunks:  # next chunk's loads fly while this one is multiplied
+                    col1 = (kc + 1) * CHUNK
+                    self.fetch_rows(mHist, row0, n_samples * K, col1, rHist, TILE_ROWS, CHUNK)
+                    self.fetch_rows(mH, b0, n_samples, col1, rH, Bt, CHUNK)
+                    if const_expr(not self.resident_weights):
+                        self.fetch_weights_ab(mWA, mWB, col1, rW, D)
+                        self.fetch_rows(mWC, col1, CHUNK, 0, rWC, CHUNK, D)
+                w_chunk = kc if const_expr(self.resident_weights) else 0
+                sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
+                sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
+                sWn = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, 2 * D + 8)))
+                _mma_smem(tiled, thr, acc, sA, sWn, self.tf32)
+                for p in cutlass.range_constexpr(self.pairs):
+                    pair = tid + p * THREADS
+                    if pair < Bt * D:
+                        b = pair // D
+                        s = pair - b * D
+                        c_acc[p] = _dot_chunk(c_acc[p], sH, b, sWCk, s)
+                cute.arch.barrier()
+
+            coord = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, 2 * D)))
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                m, n = coord[i]
+                sAU[m, n] = acc[i]
+            cute.arch.barrier()
+
+            for p in cutlass.range_constexpr(self.pairs):
+                pair = tid + p * THREADS
+                b = pair // D
+                s = pair - b * D
+                bs = cutlass.min(b, Bt - 1)  # lanes past the tile scan a real sample; c = 0 zeroes them
+                x = Float32(0.0)
+                for t in cutlass.range_constexpr(K):
+                    g = sigma * _sigmoid(sAU[bs * K + t, s])
+                    x = g * x + sAU[bs * K + t, D + s]
+                # every lane of the warp takes part in the shuffles
+                ctx = cute.arch.warp_reduction(c_acc[p] * x, operator.add, threads_in_group=D)
+                ctx = ctx * Float32(1.0 / D)
+                if pair < Bt * D and s == 0:
+                    sCtx[b] = ctx
+            cute.arch.barrier()
+
+            per_row = SH2 // 4
+            for i in cutlass.range_constexpr(_slots(Bt * per_row)):
+                idx = tid + i * THREADS
+                b = idx // per_row
+                q = idx - b * per_row
+                if b < n_samples:
+                    hv = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+                    wv = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+                    cute.autovec_copy(cute.local_tile(mH[b0 + b, None], (4,), (q,)), hv)
+                    cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (q,)), wv)
+                    ctx = sCtx[b]
+                    for e in cutlass.range_constexpr(4):
+                        hv[e] = hv[e] + ctx * wv[e]
+                    cute.autovec_copy(hv, cute.local_tile(mOut[b0 + b, None], (4,), (q,)))
+            # sCtx and sAU are rewritten by the next tile only after its chunk-loop barriers
+
+
+# ----------------------------------------------------------------------------------------
+# fused backward
+
+
+class FusedBackward(_TileCopies):
+    """All seven gradients; weight gradients as per-CTA partials (see module docstring)."""
+
+    def __init__(self, K: int, SH2: int, D: int, precision: str):
+        self.K, self.SH2, self.D = K, SH2, D
+        self.tf32 = precision == "tf32"
+        self.samples = TILE_ROWS // K
+        self.pairs = _slots(self.samples * D)
+        self.L = _num_weights(SH2, D)
+
+    def ctas_per_sm(self) -> int:
+        """Two CTAs per SM where their shared memory fits (registers are then capped at 128)."""
+        return 2 if 2 * self.smem_bytes() <= SMEM_PER_SM else 1
+
+    def smem_bytes(self) -> int:
+        D, SH2, Bt = self.D, self.SH2, self.samples
+        floats = (TILE_ROWS * (SH2 + 4) + CHUNK * (2 * D + 8) + 2 * Bt * (CHUNK + 4) + CHUNK * D
+                  + D * (CHUNK + 4) + SH2 + TILE_ROWS * (2 * D + 4) + Bt * D + Bt + THREADS // 32)
+        return 4 * floats + 16 * 10  # alignment slack per allocation
+
+    @cute.jit
+    def __call__(self, p_dout: cute.Pointer, p_hist: cute.Pointer, p_h: cute.Pointer,
+                 p_wa: cute.Pointer, p_wb: cute.Pointer, p_wc: cute.Pointer, p_w: cute.Pointer,
+                 p_partials: cute.Pointer, p_dhist: cute.Pointer, p_dh: cute.Pointer,
+                 sigma: Float32, batch: Int32, num_ctas: Int32, stream: cuda.CUstream):
+        K, SH2, D = self.K, self.SH2, self.D
+        mDout = cute.make_tensor(p_dout, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        mHist = cute.make_tensor(p_hist, cute.make_layout((batch * K, SH2), stride=(SH2, 1)))
+        mH = cute.make_tensor(p_h, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        mWA = cute.make_tensor(p_wa, cute.make_layout((SH2, D), stride=(D, 1)))
+        mWB = cute.make_tensor(p_wb, cute.make_layout((SH2, D), stride=(D, 1)))
+        mWC = cute.make_tensor(p_wc, cute.make_layout((SH2, D), stride=(D, 1)))
+        mw = cute.make_tensor(p_w, cute.make_layout((1, SH2), stride=(SH2, 1)))
+        mP = cute.make_tensor(p_partials, cute.make_layout((num_ctas * self.L,)))
+        mDHist = cute.make_tensor(p_dhist, cute.make_layout((batch * K, SH2), stride=(SH2, 1)))
+        mDH = cute.make_tensor(p_dh, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        self.kernel(mDout, mHist, mH, mWA, mWB, mWC, mw, mP, mDHist, mDH, sigma, batch,
+                    num_ctas).launch(grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream,
+                                     min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
+
+    @cute.jit
+    def add_partial(self, mP: cute.Tensor, f: Int32, cta: Int32, num_ctas: Int32, value: Float32,
+                    first: cutlass.Boolean):
+        o = _partial_offset(f, cta, num_ctas, self.L)
+        if first:
+            mP[o] = value
+        else:
+            mP[o] = mP[o] + value
+
+    @cute.kernel
+    def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
+               mWB: cute.Tensor, mWC: cute.Tensor, mw: cute.Tensor, mP: cute.Tensor,
+               mDHist: cute.Tensor, mDH: cute.Tensor, sigma: Float32, batch: Int32, num_ctas: Int32):
+        K, SH2, D, Bt = self.K, self.SH2, self.D, self.samples
+        n_chunks = SH2 // CHUNK
+        tid, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sHist = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, SH2), stride=(SH2 + 4, 1)), 16)
+        sW = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, 2 * D), stride=(2 * D + 8, 1)), 16)
+        sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        sWC = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, D), stride=(D, 1)), 16)
+        # phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit distinct banks
+        sWCt = smem.allocate_tensor(Float32, cute.make_layout((D, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        sWv = smem.allocate_tensor(Float32, cute.make_layout((1, SH2), stride=(SH2, 1)), 16)
+        sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
+        sDC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
+        sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
+        sRed = smem.allocate_tensor(Float32, cute.make_layout((THREADS // 32,)), 16)
+        # MMA operand views: B operands as (N, Kc)
+        sWn = cute.make_tensor(sW.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, 2 * D + 8)))
+        sAUt = cute.make_tensor(sAU.iterator, cute.make_layout((2 * D, TILE_ROWS), stride=(1, 2 * D + 4)))
+
+        rW = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * 2 * D // 4))), Float32)
+        rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
+        rDout = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
+        rWC = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * D // 4))), Float32)
+
+        tiled = _tiled_mma(self.tf32)
+        thr = tiled.get_slice(tid)
+        c_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
+        dctx_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
+        xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
+        dsigma = Float32(0.0)
+        slice_k = CHUNK // D  # columns of dout @ w each lane of a sample's D-lane group sums
+
+        for i in cutlass.range_constexpr(_slots(SH2 // 4)):  # w stays in shared memory throughout
+            if tid + i * THREADS < SH2 // 4:
+                cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (tid + i * THREADS,)),
+                                  cute.local_tile(sWv[0, None], (4,), (tid + i * THREADS,)))
+
+        num_tiles = (batch + Bt - 1) // Bt
+        for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
+            first = tile == cta
+            b0 = tile * Bt
+            n_samples = cutlass.min(batch - b0, Bt)
+            row0 = b0 * K
+
+            # ---- phase 1: a|u = h_hist @ [W_A|W_B] (h_hist tile stays), c = h @ W_C, dctx = dout @ w
+            acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))
+            acc.fill(0.0)
+            c_acc.fill(0.0)
+            dctx_acc.fill(0.0)
+            # the whole h_hist tile in flight at once, straight into shared memory, one
+            # cp.async group per chunk so that chunk 0 is multiplied while the rest arrive
+            for kc in cutlass.range(n_chunks, unroll=1):
+                self.copy_rows_async(mHist, row0, n_samples * K, kc * CHUNK,
+                                     cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)), TILE_ROWS, CHUNK)
+            self.fetch_weights_ab(mWA, mWB, 0, rW, D)
+            self.fetch_rows(mH, b0, n_samples, 0, rH, Bt, CHUNK)
+            self.fetch_rows(mWC, 0, CHUNK, 0, rWC, CHUNK, D)
+            self.fetch_rows(mDout, b0, n_samples, 0, rDout, Bt, CHUNK)
+            for kc in cutlass.range(n_chunks, unroll=1):
+                sHistChunk = cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc))
+                for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
+                    if kc == j:
+                        cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
+                self.store_rows(rW, sW, CHUNK, 2 * D)
+                self.store_rows(rH, sH, Bt, CHUNK)
+                self.store_rows(rWC, sWC, CHUNK, D)
+                self.store_rows(rDout, sDout, Bt, CHUNK)
+                cute.arch.barrier()
+                if kc + 1 < n_chunks:
+                    col1 = (kc + 1) * CHUNK
+                    self.fetch_weights_ab(mWA, mWB, col1, rW, D)
+                    self.fetch_rows(mH, b0, n_samples, col1, rH, Bt, CHUNK)
+                    self.fetch_rows(mWC, col1, CHUNK, 0, rWC, CHUNK, D)
+                    self.fetch_rows(mDout, b0, n_samples, col1, rDout, Bt, CHUNK)
+                _mma_smem(tiled, thr, acc, sHistChunk, sWn, self.tf32)
+                for p in cutlass.range_constexpr(self.pairs):
+                    pair = tid + p * THREADS
+                    if pair < Bt * D:
+                        b = pair // D
+                        s = pair - b * D
+                        c_acc[p] = _dot_chunk(c_acc[p], sH, b, sWC, s)
+                        dc = dctx_acc[p]
+                        for k in cutlass.range_constexpr(slice_k):
+                            dc = dc + sDout[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
+                        dctx_acc[p] = dc
+                cute.arch.barrier()
+            coord_au = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, 2 * D)))
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                m, n = coord_au[i]
+                sAU[m, n] = acc[i]
+            cute.arch.barrier()
+
+            # ---- phase 2: forward scan recomputed, reverse scan; da|du overwrite a|u in place
+            for p in cutlass.range_constexpr(self.pairs):
+                pair = tid + p * THREADS
+                b = pair // D
+                s = pair - b * D
+                bs = cutlass.min(b, Bt - 1)  # lanes past the tile: c = dctx = 0, so all zero
+                x = Float32(0.0)
+                for t in cutlass.range_constexpr(K):
+                    xs[t] = x
+                    x = sigma * _sigmoid(sAU[bs * K + t, s]) * x + sAU[bs * K + t, D + s]
+                c = c_acc[p]
+                ctx = cute.arch.warp_reduction(c * x, operator.add, threads_in_group=D) * Float32(1.0 / D)
+                dctx = cute.arch.warp_reduction(dctx_acc[p], operator.add, threads_in_group=D)
+                lam = dctx * c * Float32(1.0 / D)
+                dcs = dctx * x * Float32(1.0 / D)
+                if pair < Bt * D:
+                    for tr in cutlass.range_constexpr(K):
+                        t = K - 1 - tr
+                        # a_t is read again (not kept in K registers) before da_t overwrites it
+                        a = sAU[b * K + t, s]
+                        sig = _sigmoid(a)
+                        xt = xs[t]
+                        sAU[b * K + t, s] = lam * xt * sigma * _sigmoid_slope(a)
+                        sAU[b * K + t, D + s] = lam
+                        dsigma = dsigma + lam * xt * sig
+                        lam = lam * sigma * sig
+                    sDC[b, s] = dcs
+                    if s == 0:
+                        sCtx[b] = ctx
+            cute.arch.barrier()
+
+            # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
+            self.fetch_weights_ab(mWA, mWB, 0, rW, D)
+            self.fetch_rows(mH, b0, n_samples, 0, rH, Bt, CHUNK)
+            self.fetch_rows(mWC, 0, CHUNK, 0, rWC, CHUNK, D)
+            self.fetch_rows(mDout, b0, n_samples, 0, rDout, Bt, CHUNK)
+            for kc in cutlass.range(n_chunks, unroll=1):
+                col0 = kc * CHUNK
+                self.store_rows(rW, sW, CHUNK, 2 * D)
+                self.store_rows(rH, sH, Bt, CHUNK)
+                self.store_rows_transposed(rWC, sWCt, CHUNK, D)
+                self.store_rows(rDout, sDout, Bt, CHUNK)
+                cute.arch.barrier()
+                if kc + 1 < n_chunks:
+                    col1 = (kc + 1) * CHUNK
+                    self.fetch_weights_ab(mWA, mWB, col1, rW, D)
+                    self.fetch_rows(mH, b0, n_samples, col1, rH, Bt, CHUNK)
+                    self.fetch_rows(mWC, col1, CHUNK, 0, rWC, CHUNK, D)
+                    self.fetch_rows(mDout, b0, n_samples, col1, rDout, Bt, CHUNK)
+
+                # dh_hist[rows, chunk] = [da|du] @ [W_A|W_B][chunk]^T  (sW is already (N, Kc))
+                acc_dh = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, CHUNK)))
+                acc_dh.fill(0.0)
+                _mma_smem(tiled, thr, acc_dh, sAU, sW, self.tf32)
+                coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
+                for i in cutlass.range_constexpr(cute.size(acc_dh)):
+                    m, n = coord_dh[i]
+                    if m < n_samples * K:
+                        mDHist[row0 + m, col0 + n] = acc_dh[i]
+
+                # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
+                sHistT = cute.make_tensor(
+                    cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)).iterator,
+                    cute.make_layout((CHUNK, TILE_ROWS), stride=(1, SH2 + 4)))
+                acc_dw = tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D)))
+                acc_dw.fill(0.0)
+                _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32)
+                coord_dw = thr.partition_C(cute.make_identity_tensor((CHUNK, 2 * D)))
+                for i in cutlass.range_constexpr(cute.size(acc_dw)):
+                    j, n = coord_dw[i]
+                    f = (col0 + j) * D + n  # dW_A entries
+                    if n >= D:
+                        f = SH2 * D + (col0 + j) * D + (n - D)  # dW_B entries
+                    self.add_partial(mP, f, cta, num_ctas, acc_dw[i], first)
+
+                # dh[b, chunk] = dout + dc @ W_C[chunk]^T
+                for i in cutlass.range_constexpr(_slots(Bt * CHUNK)):
+                    idx = tid + i * THREADS
+                    b = idx // CHUNK
+                    j = idx - b * CHUNK
+                    if b < n_samples:
+                        v = sDout[b, j]
+                        for s in cutlass.range_constexpr(D):
+                            v = v + sDC[b, s] * sWCt[s, j]
+                        mDH[b0 + b, col0 + j] = v
+                # dW_C[chunk] += h[:, chunk]^T @ dc
+                for i in cutlass.range_constexpr(_slots(CHUNK * D)):
+                    idx = tid + i * THREADS
+                    j = idx // D
+                    s = idx - j * D
+                    if idx < CHUNK * D:
+                        v = Float32(0.0)
+                        for b in cutlass.range_constexpr(Bt):
+                            v = v + sH[b, j] * sDC[b, s]
+                        self.add_partial(mP, 2 * SH2 * D + (col0 + j) * D + s, cta, num_ctas, v, first)
+                # dw[chunk] += ctx @ dout[:, chunk]
+                if tid < CHUNK:
+                    v = Float32(0.0)
+                    for b in cutlass.range_constexpr(Bt):
+                        v = v + sCtx[b] * sDout[b, tid]
+                    self.add_partial(mP, 3 * SH2 * D + col0 + tid, cta, num_ctas, v, first)
+                cute.arch.barrier()
+
+        # dsigma: this CTA's sum, reduced in a fixed order
+        warp_sum = cute.arch.warp_reduction(dsigma, operator.add)
+        if tid % 32 == 0:
+            sRed[tid // 32] = warp_sum
+        cute.arch.barrier()
+        if tid == 0:
+            total = sRed[0]
+            for i in cutlass.range_constexpr(1, THREADS // 32):
+                total = total + sRed[i]
+            mP[_partial_offset(self.L - 1, cta, num_ctas, self.L)] = total
+
+
+# ----------------------------------------------------------------------------------------
+# seed: the trainer's plan (projection and weight-gradient GEMMs are foxcute.kernels.gemm)
+
+
+class SeedScanForward:
+    """One thread per (sample, state): the K-step scan from a|u [B*K, 2D] and c [B, D], and
+    ctx [B] = (1/D) sum_s c x_K by a shuffle over the sample's D lanes."""
+
+    def __init__(self, K: int, D: int):
+        self.K, self.D = K, D
+
+    @cute.jit
+    def __call__(self, p_au: cute.Pointer, p_c: cute.Pointer, p_ctx: cute.Pointer, sigma: Float32,
+                 batch: Int32, stream: cuda.CUstream):
+        K, D = self.K, self.D
+        mAU = cute.make_tensor(p_au, cute.make_layout((batch * K, 2 * D), stride=(2 * D, 1)))
+        mC = cute.make_tensor(p_c, cute.make_layout((batch, D), stride=(D, 1)))
+        mCtx = cute.make_tensor(p_ctx, cute.make_layout((batch,)))
+        self.kernel(mAU, mC, mCtx, sigma, batch).launch(
+            grid=((batch * D + THREADS - 1) // THREADS, 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, mAU: cute.Tensor, mC: cute.Tensor, mCtx: cute.Tensor, sigma: Float32, batch: Int32):
+        K, D = self.K, self.D
+        tid, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        pair = bid * THREADS + tid
+        b = pair // D
+        s = pair - b * D
+        bs = cutlass.min(b, batch - 1)  # lanes past the batch compute a real sample, then drop it
+        x = Float32(0.0)
+        for t in cutlass.range_constexpr(K):
+            x = sigma * _sigmoid(mAU[bs * K + t, s]) * x + mAU[bs * K + t, D + s]
+        prod = Float32(0.0)
+        if b < batch:
+            prod = mC[b, s] * x
+        ctx = cute.arch.warp_reduction(prod, operator.add, threads_in_group=D) * Float32(1.0 / D)
+        if b < batch and s == 0:
+            mCtx[b] = ctx
+
+
+class SeedReadout:
+    """out = h + ctx[:, None] * w[None, :], one float4 per thread."""
+
+    def __init__(self, SH2: int):
+        self.SH2 = SH2
+
+    @cute.jit
+    def __call__(self, p_h: cute.Pointer, p_ctx: cute.Pointer, p_w: cute.Pointer, p_out: cute.Pointer,
+                 batch: Int32, stream: cuda.CUstream):
+        SH2 = self.SH2
+        mH = cute.make_tensor(p_h, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        mCtx = cute.make_tensor(p_ctx, cute.make_layout((batch,)))
+        mw = cute.make_tensor(p_w, cute.make_layout((1, SH2), stride=(SH2, 1)))
+        mOut = cute.make_tensor(p_out, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        self.kernel(mH, mCtx, mw, mOut, batch).launch(
+            grid=((batch * (SH2 // 4) + THREADS - 1) // THREADS, 1, 1), block=(THREADS, 1, 1),
+            stream=stream)
+
+    @cute.kernel
+    def kernel(self, mH: cute.Tensor, mCtx: cute.Tensor, mw: cute.Tensor, mOut: cute.Tensor, batch: Int32):
+        per_row = self.SH2 // 4
+        tid, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        idx = bid * THREADS + tid
+        b = idx // per_row
+        q = idx - b * per_row
+        if b < batch:
+            hv = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+            wv = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+            cute.autovec_copy(cute.local_tile(mH[b, None], (4,), (q,)), hv)
+            cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (q,)), wv)
+            ctx = mCtx[b]
+            for e in cutlass.range_constexpr(4):
+                hv[e] = hv[e] + ctx * wv[e]
+            cute.autovec_copy(hv, cute.local_tile(mOut[b, None], (4,), (q,)))
+
+
+class SeedScanBackward:
+    """One thread per (sample, state): dctx = dout @ w (the sample's D lanes split SH2),
+    the forward scan recomputed, the reverse scan. Writes [da|du] [B*K, 2D], dc [B, D],
+    ctx [B] and one dsigma partial per CTA."""
+
+    def __init__(self, K: int, SH2: int, D: int):
+        self.K, self.SH2, self.D = K, SH2, D
+
+    @cute.jit
+    def __call__(self, p_dout: cute.Pointer, p_w: cute.Pointer, p_au: cute.Pointer, p_c: cute.Pointer,
+                 p_dau: cute.Pointer, p_dc: cute.Pointer, p_ctx: cute.Pointer, p_dsigma: cute.Pointer,
+                 sigma: Float32, batch: Int32, stream: cuda.CUstream):
+        K, SH2, D = self.K, self.SH2, self.D
+        num_ctas = (batch * D + THREADS - 1) // THREADS
+        mDout = cute.make_tensor(p_dout, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        mw = cute.make_tensor(p_w, cute.make_layout((SH2,)))
+        mAU = cute.make_tensor(p_au, cute.make_layout((batch * K, 2 * D), stride=(2 * D, 1)))
+        mC = cute.make_tensor(p_c, cute.make_layout((batch, D), stride=(D, 1)))
+        mDAU = cute.make_tensor(p_dau, cute.make_layout((batch * K, 2 * D), stride=(2 * D, 1)))
+        mDC = cute.make_tensor(p_dc, cute.make_layout((batch, D), stride=(D, 1)))
+        mCtx = cute.make_tensor(p_ctx, cute.make_layout((batch,)))
+        mDsig = cute.make_tensor(p_dsigma, cute.make_layout((num_ctas,)))
+        self.kernel(mDout, mw, mAU, mC, mDAU, mDC, mCtx, mDsig, sigma, batch).launch(
+            grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, mDout: cute.Tensor, mw: cute.Tensor, mAU: cute.Tensor, mC: cute.Tensor,
+               mDAU: cute.Tensor, mDC: cute.Tensor, mCtx: cute.Tensor, mDsig: cute.Tensor,
+               sigma: Float32, batch: Int32):
+        K, SH2, D = self.K, self.SH2, self.D
+        tid, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sRed = smem.allocate_tensor(Float32, cute.make_layout((THREADS // 32,)), 16)
+        pair = bid * THREADS + tid
+        b = pair // D
+        s = pair - b * D
+        valid = b < batch
+        bs = cutlass.min(b, batch - 1)
+        part = Float32(0.0)
+        for i in cutlass.range_constexpr(SH2 // D):  # lane s reads columns s, s + D, ...: coalesced
+            part = part + mDout[bs, s + D * i] * mw[s + D * i]
+        dctx = cute.arch.warp_reduction(part, operator.add, threads_in_group=D)
+        xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
+        sigs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
+        slopes = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
+        x = Float32(0.0)
+        for t in cutlass.range_constexpr(K):
+            a = mAU[bs * K + t, s]
+            sig = _sigmoid(a)
+            sigs[t] = sig
+            slopes[t] = _sigmoid_slope(a)
+            xs[t] = x
+            x = sigma * sig * x + mAU[bs * K + t, D + s]
+        c = mC[bs, s]
+        prod = Float32(0.0)
+        if valid:
+            prod = c * x
+        ctx = cute.arch.warp_reduction(prod, operator.add, threads_in_group=D) * Float32(1.0 / D)
+        dsigma = Float32(0.0)
+        if valid:
+            lam = dctx * c * Float32(1.0 / D)
+            for tr in cutlass.range_constexpr(K):
+                t = K - 1 - tr
+                sig = sigs[t]
+                xt = xs[t]
+                mDAU[b * K + t, s] = lam * xt * sigma * slopes[t]
+                mDAU[b * K + t, D + s] = lam
+                dsigma = dsigma + lam * xt * sig
+                lam = lam * sigma * sig
+            mDC[b, s] = dctx * x * Float32(1.0 / D)
+            if s == 0:
+                mCtx[b] = ctx
+        warp_sum = cute.arch.warp_reduction(dsigma, operator.add)
+        if tid % 32 == 0:
+            sRed[tid // 32] = warp_sum
+        cute.arch.barrier()
+        if tid == 0:
+            total = sRed[0]
+            for i in cutlass.range_constexpr(1, THREADS // 32):
+                total = total + sRed[i]
+            mDsig[bid] = total
+
+
+# ----------------------------------------------------------------------------------------
+# host side
+
+_COMPILED = CompiledCache()
+
+# kind -> (kernel from (K, SH2, D, precision), pointer arguments, has sigma, int arguments)
+_KERNELS = {
+    "fused_forward": (lambda K, SH2, D, p: FusedForward(K, SH2, D, p), 7, True, 2),
+    "fused_backward": (lambda K, SH2, D, p: FusedBackward(K, SH2, D, p), 10, True, 2),
+    "seed_scan_forward": (lambda K, SH2, D, p: SeedScanForward(K, D), 3, True, 1),
+    "seed_readout": (lambda K, SH2, D, p: SeedReadout(SH2), 4, False, 1),
+    "seed_scan_backward": (lambda K, SH2, D, p: SeedScanBackward(K, SH2, D), 8, True, 1),
+}
+_PRECISION_FREE = ("seed_scan_forward", "seed_readout", "seed_scan_backward")  # no matrix products
+
+
+def _fake_args(kind: str) -> tuple:
+    _, n_ptrs, has_sigma, n_ints = _KERNELS[kind]
+    sigma = (Float32(1.0),) if has_sigma else ()
+    return (*(fake_ptr() for _ in range(n_ptrs)), *sigma, *(Int32(1) for _ in range(n_ints)),
+            fake_stream())
+
+
+def _compiled(kind: str, K: int, SH2: int, D: int, precision: str, keep: bool = False) -> Any:
+    if kind in _PRECISION_FREE:
+        precision = "fp32"
+
+    def build() -> Any:
+        return compile_kernel(_KERNELS[kind][0](K, SH2, D, precision), *_fake_args(kind), keep=keep)
+
+    return _COMPILED.get((kind, K, SH2, D, precision, keep), build)
+
+
+def compiled_for_ci() -> dict[str, Any]:
+    """Every kernel of this module at the default sizes, compiled with PTX kept (the seed's
+    GEMMs are foxcute.kernels.gemm's, checked by its own compile test)."""
+    K, SH2, D = DEFAULTS["K"], DEFAULTS["SH2"], DEFAULTS["D"]
+    out = {}
+    for kind in _KERNELS:
+        for precision in (("fp32",) if kind in _PRECISION_FREE else PRECISIONS):
+            name = kind if kind in _PRECISION_FREE else f"{kind}_{precision}"
+            out[name] = _compiled(kind, K, SH2, D, precision, keep=True)
+    return out
+
+
+def _sizes(where: str, h_hist: Any, W_A: Any, impl: str) -> tuple[int, int, int, int]:
+    """(B, K, SH2, D), after check_sizes: callers that skip foxcute.mamba2 (benchmarks)
+    get an error instead of an out-of-bounds launch."""
+    chk = Checker(where, gpu=True)
+    chk.array("h_hist", h_hist, ("B", "K", "SH2"))
+    chk.array("W_A", W_A, ("SH2", "D"))
+    check_sizes(chk, impl)
+    return chk.dims["B"], chk.dims["K"], chk.dims["SH2"], chk.dims["D"]
+
+
+def _persistent_ctas(x: Any, num_tiles: int, ctas_per_sm: int) -> int:
+    return max(1, min(num_tiles, _cute.sm_count(x) * ctas_per_sm))
+
+
+def _sum_partials(partials: Any, num_ctas: int, L: int, like: Any) -> Any:
+    """Fixed-order sum over CTAs of the [num_ctas, L] partials, PARTIAL_COLS columns at a time."""
+    from .column_sum import column_sum
+
+    total = empty(like, (L,))
+    for start in range(0, L, PARTIAL_COLS):
+        width = min(PARTIAL_COLS, L - start)
+        block = partials[start * num_ctas: start * num_ctas + width * num_ctas].reshape(num_ctas, width)
+        column_sum(block, out=total[start: start + width])
+    return total
+
+
+def forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float, *,
+            impl: str, precision: str) -> Any:
+    """out [B, SH2] of the Mamba2 layer; arrays already validated by foxcute.mamba2."""
+    B, K, SH2, D = _sizes("foxcute.kernels.mamba2.forward", h_hist, W_A, impl)
+    out = empty(h, (B, SH2))
+    if impl == "fused":
+        kernel = _KERNELS["fused_forward"][0](K, SH2, D, precision)
+        num_ctas = _persistent_ctas(h, -(-B // kernel.samples), kernel.ctas_per_sm())
+        fn = _compiled("fused_forward", K, SH2, D, precision)
+        fn(gmem_ptr(h_hist), gmem_ptr(h), gmem_ptr(W_A), gmem_ptr(W_B), gmem_ptr(W_C), gmem_ptr(w),
+           gmem_ptr(out), Float32(sigma), Int32(B), Int32(num_ctas), _cute.current_stream(h))
+        return out
+    return _seed_forward(h_hist, h, W_A, W_B, W_C, w, sigma, out, precision)
+
+
+def backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float, *,
+             impl: str, precision: str) -> tuple:
+    """(dW_A, dW_B, dW_C, dw, dsigma[1], dh_hist, dh); arrays already validated."""
+    B, K, SH2, D = _sizes("foxcute.kernels.mamba2.backward", h_hist, W_A, impl)
+    if impl == "fused":
+        dh_hist = empty(h, (B, K, SH2))
+        dh = empty(h, (B, SH2))
+        L = _num_weights(SH2, D)
+        kernel = _KERNELS["fused_backward"][0](K, SH2, D, precision)
+        num_tiles = -(-B // kernel.samples)
+        num_ctas = _persistent_ctas(h, num_tiles, kernel.ctas_per_sm())
+        partials = empty(h, (num_ctas * L,))
+        fn = _compiled("fused_backward", K, SH2, D, precision)
+        fn(gmem_ptr(dout), gmem_ptr(h_hist), gmem_ptr(h), gmem_ptr(W_A), gmem_ptr(W_B), gmem_ptr(W_C),
+           gmem_ptr(w), gmem_ptr(partials), gmem_ptr(dh_hist), gmem_ptr(dh), Float32(sigma), Int32(B),
+           Int32(num_ctas), _cute.current_stream(h))
+        grads = _sum_partials(partials, num_ctas, L, h)
+        n = SH2 * D
+        return (grads[0:n].reshape(SH2, D), grads[n:2 * n].reshape(SH2, D),
+                grads[2 * n:3 * n].reshape(SH2, D), grads[3 * n:3 * n + SH2], grads[L - 1:L], dh_hist, dh)
+    return _seed_backward(dout, h_hist, h, W_A, W_B, W_C, w, sigma, precision)
+
+
+def _xp_ops(x: Any) -> tuple:
+    """(concatenate columns, contiguous copy) for x's array library."""
+    if array_kind(x) == "torch":
+        import torch
+
+        return (lambda a, b: torch.cat((a, b), dim=1)), (lambda a: a.contiguous())
+    import cupy
+
+    return (lambda a, b: cupy.concatenate((a, b), axis=1)), cupy.ascontiguousarray
+
+
+def _seed_forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float,
+                  out: Any, precision: str) -> Any:
+    """GEMM a|u = h_hist @ [W_A|W_B], GEMM c = h @ W_C, scan + ctx, readout."""
+    from . import gemm
+
+    B, K, SH2 = (int(n) for n in h_hist.shape)
+    D = int(W_A.shape[1])
+    concat, contiguous = _xp_ops(h)
+    au = gemm.matmul(h_hist.reshape(B * K, SH2), contiguous(concat(W_A, W_B).T), precision=precision)
+    c = gemm.matmul(h, contiguous(W_C.T), precision=precision)
+    ctx = empty(h, (B,))
+    stream = _cute.current_stream(h)
+    _compiled("seed_scan_forward", K, SH2, D, precision)(
+        gmem_ptr(au), gmem_ptr(c), gmem_ptr(ctx), Float32(sigma), Int32(B), stream)
+    _compiled("seed_readout", K, SH2, D, precision)(
+        gmem_ptr(h), gmem_ptr(ctx), gmem_ptr(w), gmem_ptr(out), Int32(B), stream)
+    return out
+
+
+def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float,
+                   precision: str) -> tuple:
+    """The forward's GEMMs again, the reverse-scan kernel, then GEMMs for every gradient."""
+    from . import gemm
+    from .column_sum import column_sum
+
+    B, K, SH2 = (int(n) for n in h_hist.shape)
+    D = int(W_A.shape[1])
+    concat, contiguous = _xp_ops(h)
+    W_AB = concat(W_A, W_B)  # [SH2, 2D]
+    hist = h_hist.reshape(B * K, SH2)
+    au = gemm.matmul(hist, contiguous(W_AB.T), precision=precision)
+    c = gemm.matmul(h, contiguous(W_C.T), precision=precision)
+    dau = empty(h, (B * K, 2 * D))
+    dc = empty(h, (B, D))
+    ctx = empty(h, (B,))
+    num_ctas = -(-B * D // THREADS)
+    dsigma_partials = empty(h, (num_ctas, 1))
+    _compiled("seed_scan_backward", K, SH2, D, precision)(
+        gmem_ptr(dout), gmem_ptr(w), gmem_ptr(au), gmem_ptr(c), gmem_ptr(dau), gmem_ptr(dc),
+        gmem_ptr(ctx), gmem_ptr(dsigma_partials), Float32(sigma), Int32(B), _cute.current_stream(h))
+    dW_AB = gemm.weight_grad(hist, dau, with_bias=False, precision=precision)  # h_hist^T [da|du]
+    dW_C = gemm.weight_grad(h, dc, with_bias=False, precision=precision)
+    dw = gemm.weight_grad(dout, ctx.reshape(B, 1), with_bias=False, precision=precision).reshape(SH2)
+    dsigma = column_sum(dsigma_partials)
+    dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
+    dh = dout + gemm.matmul(dc, W_C, precision=precision)
+    return (contiguous(dW_AB[:, :D]), contiguous(dW_AB[:, D:]), dW_C, dw, dsigma, dh_hist, dh)

@@ -1,0 +1,154 @@
+"""The Mamba2 kernels compiled for sm_90a on the CPU (CI): the PTX says what we meant, and
+unsupported sizes are refused before anything is compiled or launched."""
+
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cutlass")
+
+from foxcute import FoxcuteInputError  # noqa: E402
+from foxcute._arrays import Checker  # noqa: E402
+from foxcute.kernels import _cute, mamba2  # noqa: E402
+
+TF32_MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+LOAD_128 = r"ld\.global(\.nc)?\.v4\.(b32|f32)"
+STORE_128 = r"st\.global\.v4\.(b32|f32)"
+FUSED = [f"fused_{d}_{p}" for d in ("forward", "backward") for p in mamba2.PRECISIONS]
+SEED = ["seed_scan_forward", "seed_readout", "seed_scan_backward"]
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    return {name: f.__ptx__ for name, f in mamba2.compiled_for_ci().items()}
+
+
+def test_every_kernel_compiled_for_hopper(ptx):
+    assert set(ptx) == set(FUSED + SEED)
+    for name, text in ptx.items():
+        assert ".target sm_90a" in text, name
+
+
+def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
+    for name in FUSED:
+        if name.endswith("tf32"):
+            assert TF32_MMA in ptx[name], name
+            assert "cvt.rna.tf32.f32" in ptx[name], name  # round to nearest, not truncate
+        else:
+            assert "mma.sync" not in ptx[name], name
+            assert re.search(r"\bfma\.rn\.f32", ptx[name]), name
+
+
+def _mma_a_operand_offsets(text):
+    """For every TF32 mma.sync: the shared-memory byte offsets its A registers a0..a3 were
+    loaded from (through cvt.rna), relative to a0's; None where they do not trace back to
+    loads from one base register."""
+    loads, converts = {}, {}
+    for line in text.splitlines():
+        m = re.match(r"\s*ld\.shared\.[bf]32\s+(%r\d+),\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
+        if m:
+            loads[m.group(1)] = (m.group(2), int(m.group(3) or 0))
+        m = re.match(r"\s*cvt\.rna\.tf32\.f32\s+(%r\d+),\s*(%r\d+);", line)
+        if m:
+            converts[m.group(1)] = m.group(2)
+    found = []
+    flat = re.sub(r"\s+", " ", text)
+    for operands in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat):
+        regs = [r.strip() for r in operands.split(",")]
+        origins = [loads.get(converts.get(r)) for r in regs]
+        if None in origins or len({o[0] for o in origins}) != 1:
+            found.append(None)
+        else:
+            found.append(tuple(o[1] - origins[0][1] for o in origins))
+    return found
+
+
+def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
+    # m16n8k8 TF32 A registers: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4), g = lane/4,
+    # t = lane%4. Each is its own element: 8 rows and 4 columns apart in the shared-memory
+    # tile (a register tensor "like" a K-major partition once fed a0, a2, a2, a1 instead).
+    K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
+    rows8 = lambda pitch: 8 * pitch * 4  # noqa: E731  (bytes)
+    expected = {
+        "fused_forward_tf32": {(rows8(mamba2.CHUNK + 4), 16)},  # h_hist chunk, K-major
+        "fused_backward_tf32": {
+            (rows8(SH2 + 4), 16),  # a|u: h_hist tile, K-major
+            (rows8(2 * D + 4), 16),  # dh_hist: [da|du], K-major
+            (32, 4 * (SH2 + 4) * 4),  # [dW_A|dW_B]: h_hist^T, M-major
+        },
+    }
+    for name, pairs in expected.items():
+        offsets = _mma_a_operand_offsets(ptx[name])
+        assert offsets and None not in offsets, name
+        seen = {(a1, a2) for a0, a1, a2, a3 in offsets if a0 == 0 and a3 == a1 + a2}
+        assert len(seen) == len(set(offsets)) and seen == pairs, (name, set(offsets))
+
+
+def test_fused_kernels_stream_h_hist_16_bytes_at_a_time(ptx):
+    for name in FUSED:
+        assert re.search(LOAD_128, ptx[name]), name  # forward: h_hist; backward: h, dout, W
+    for name in ("fused_backward_tf32", "fused_backward_fp32"):
+        # the backward's h_hist tile goes straight to shared memory, 16 bytes per cp.async
+        assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16", ptx[name]), name
+    for name in ("fused_forward_tf32", "fused_forward_fp32", "seed_readout"):
+        assert re.search(STORE_128, ptx[name]), name  # out rows written 16 bytes at a time
+
+
+def test_nothing_lives_in_local_memory(ptx):
+    for name, text in ptx.items():
+        assert "ld.local" not in text and "st.local" not in text, name
+
+
+def test_batch_reductions_use_no_atomics(ptx):
+    # weight gradients and dsigma are per-CTA partials summed in a fixed order
+    for name in ("fused_backward_tf32", "fused_backward_fp32", "seed_scan_backward"):
+        assert not re.search(r"\b(atom|red)\.", ptx[name]), name
+
+
+def _report(kind):
+    K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
+    kernel = mamba2._KERNELS[kind][0](K, SH2, D, "tf32")
+    return _cute.ptxas_report(kernel, *mamba2._fake_args(kind))
+
+
+def test_fused_forward_keeps_everything_in_registers():
+    report = _report("fused_forward")
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+
+
+def test_fused_backward_fits_two_ctas_per_sm_with_at_most_a_few_spilled_words():
+    # capped at 128 registers (two 256-thread CTAs per SM); ptxas spills a few words for that
+    report = _report("fused_backward")
+    assert report["registers"] <= 128, report
+    assert report["spill_stores"] <= 64 and report["spill_loads"] <= 64, report
+
+
+def _checker(B, K, SH2, D):
+    chk = Checker("test", gpu=False)
+    # only shapes matter here: a zero-stride view stands in for a large h_hist
+    h_hist = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (B, K, SH2), (0, 0, 0))
+    chk.array("h_hist", h_hist, ("B", "K", "SH2"))
+    chk.array("W_A", np.zeros((SH2, D), np.float32), ("SH2", "D"))
+    return chk
+
+
+@pytest.mark.parametrize("impl", mamba2.IMPLS)
+def test_check_sizes_accepts_the_supported_range(impl):
+    for B, K, SH2, D in [(1, 1, 64, 8), (7, 3, 512, 32), (8191, 16, 256, 16)]:
+        mamba2.check_sizes(_checker(B, K, SH2, D), impl)
+
+
+@pytest.mark.parametrize("impl", mamba2.IMPLS)
+@pytest.mark.parametrize("sizes,match", [
+    ((4, 17, 64, 8), "K=17"),
+    ((4, 8, 96, 8), "SH2=96"),
+    ((4, 8, 576, 8), "SH2=576"),
+    ((4, 8, 32, 8), "SH2=32"),
+    ((4, 8, 64, 12), "D=12"),
+    ((4, 8, 64, 64), "D=64"),
+    ((2**20, 16, 128, 8), "32-bit"),
+])
+def test_check_sizes_rejects_unsupported_sizes(impl, sizes, match):
+    with pytest.raises(FoxcuteInputError, match=match):
+        mamba2.check_sizes(_checker(*sizes), impl)
