@@ -1,0 +1,378 @@
+"""Curiosity forward model (spec section 5), forward + backward on the GPU.
+
+    z = s @ W1s^T + W1a[:, a] + b1   (W1 = [W1s | W1a]: the one-hot product is a column gather)
+    hid = relu(z), pred = hid @ W2^T + b2, diff = pred - s_next
+    r = sum_f diff^2 / (2F), loss = mean r, dpred = diff / (F B)
+    dh = dpred @ W2, dz = dh * (z > 0), ds = dz @ W1s
+    dW2 = dpred^T hid, db2 = sum dpred, dW1 = [dz^T s | scatter-add of dz by action], db1 = sum dz
+
+Work at the defaults (B=8192, F=256, A=3, H=128): six [B x 256 x 128]-sized products, 3.2 GFLOP,
+so tensor cores are needed (TF32 mma.sync; FFMA in fp32 mode). Compulsory traffic: s, s_next
+read and ds written, 3 x 8 MB = 25 MB, a 6 us floor at 4.25 TB/s.
+
+Where the split is, and why (three launches and one small copy).
+- `RowPass` (one kernel) does everything that is row-local, for a block of `bm` rows per CTA
+  (64 at the defaults: 128 CTAs of 8 warps): z, hid, pred, diff, r, dpred, dh, dz and ds,
+  with z (then dz, in place) and dpred resident in shared memory between the four products;
+  only the weights and s stream through a 3-stage cp.async pipeline (gemm.mma_chunks). It
+  writes ds, r, and hid, dpred, dz for the weight gradients, and the CTA's partial column
+  sums of dpred and dz (db2, db1), of dz per action (W1's action columns: the scatter-add of
+  the one-hot is a per-action column sum) and of r / B (the loss).
+- The weight gradients dW2 = dpred^T hid and dW1[:, :F] = dz^T s reduce over the batch: a
+  [F x H] partial per CTA is 128 KB of accumulators, more than a CTA can hold next to the
+  row pass's tiles, so they cannot be accumulated there. They run as one `gemm.WeightGrad`
+  launch for both (per-CTA partial tiles, summed in CTA order by the last CTA of each tile),
+  reading hid, dpred and dz (16 MB, written just before and mostly still in the 50 MB L2)
+  and s. Recomputing hid/dpred/dz there instead would redo the forward products.
+- The row pass's partials (F + H(A+1) + 1 columns per CTA) are summed by column_sum.
+- Every batch reduction is per-CTA partials added in a fixed order: bit-identical from run
+  to run, no float atomics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Float64, Int32, Int64
+
+from .. import _arrays
+from . import _cute
+from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, _vec, columns_view, mma_chunks, relu,
+                   rows_view, staging_by_rows, weight_grads_into)
+
+MIN_WIDTH, MAX_WIDTH, WIDTH_MULTIPLE = 32, 512, 32  # F and H: whole CHUNKs of the reductions
+MAX_ACTIONS = 16
+ROW_PASS_THREADS = 256
+MAX_N_TILE = 128  # output columns per pass over the reduction (32 accumulators per thread)
+SMEM_BUDGET = 220 * 1024  # of the 227 KB a Hopper CTA may use
+COLSUM_WIDTH = 4096  # column_sum's widest input
+STAGE_W = max(MAX_N_TILE * (CHUNK + PAD), CHUNK * (MAX_N_TILE + 8))  # floats per weight stage
+
+
+def n_tile(n: int, warps_n: int) -> int:
+    """The widest tile <= MAX_N_TILE that divides n into whole MMA column blocks."""
+    step = 8 * warps_n
+    return max(d for d in range(step, MAX_N_TILE + 1, step) if n % d == 0)
+
+
+def row_block(f: int, h: int) -> int:
+    """Rows per CTA: 64 unless the resident z/dz and dpred tiles would not fit in shared
+    memory, then 32."""
+    return 64 if RowPass.smem_floats(64, f, h) * 4 <= SMEM_BUDGET else 32
+
+
+def partial_index(col, cta, num_ctas, width):
+    """Where partial column `col` (of `width`) of CTA `cta` lives: chunk c = col // 4096 is a
+    contiguous [num_ctas, width_c] array at c * num_ctas * 4096 (width_c = 4096 but the last)."""
+    c = col // COLSUM_WIDTH
+    chunk_width = cutlass.min(COLSUM_WIDTH, width - c * COLSUM_WIDTH)
+    return c * (num_ctas * COLSUM_WIDTH) + cta * chunk_width + (col - c * COLSUM_WIDTH)
+
+
+class RowPass:
+    def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
+        self.f, self.h, self.num_actions = f, h, num_actions
+        self.mode = MODE[precision]
+        # z decides the relu mask of the backward pass; the float64 reference's mask differs
+        # wherever z is computed less exactly than |z|, and each flip moves dz (and ds, dW1)
+        # by a whole dh element. TF32 z flips ~1e-4 of the mask: ds rel. err ~9e-3, over the
+        # 2e-3 budget; 3xTF32 z (~float32 exact) leaves ~1 flip in 1e6 (rel. err <~1e-3).
+        # In fp32 mode even one flip (~1.4e-3) breaks the 1e-5 budget, so z is summed in
+        # float64 there (products of float32 values are exact in float64).
+        self.mode_z = "3xtf32" if precision == "tf32" else "ffma64"
+        self.z_dtype = Float64 if self.mode_z == "ffma64" else Float32
+        self.action_dtype = action_dtype
+        self.bm = row_block(f, h)
+        # 8 warps: two per scheduler, so one's shared-memory and MMA latencies hide behind the
+        # other's work (one CTA of up to ~200 KB per SM). 2 x 4 warps: a warp's tile is
+        # (bm/2) x (n/4), 32 x 32 at bm = 64, n = 128: per MMA it reads 256 B of fragments from
+        # shared memory (16 x 64 tiles would read 320 B), and shared-memory bandwidth, not the
+        # tensor cores, bounds these products.
+        self.threads = ROW_PASS_THREADS
+        self.warps_m = 2
+        self.warps_n = self.threads // 32 // self.warps_m
+        self.vec_w1 = _vec(f + num_actions)
+        self.partial_width = f + h * (num_actions + 1) + 1  # db2 | db1 | dW1a [H, A] | loss
+
+    @staticmethod
+    def smem_floats(bm: int, f: int, h: int) -> int:
+        return STAGES * (bm * (CHUNK + PAD) + STAGE_W) + bm * (h + PAD) + bm * (f + PAD) + 2 * bm + 4 * bm
+
+    @cute.jit
+    def __call__(self, s_ptr: cute.Pointer, a_ptr: cute.Pointer, s_next_ptr: cute.Pointer,
+                 w1_ptr: cute.Pointer, b1_ptr: cute.Pointer, w2_ptr: cute.Pointer, b2_ptr: cute.Pointer,
+                 r_ptr: cute.Pointer, ds_ptr: cute.Pointer, hid_ptr: cute.Pointer, dpred_ptr: cute.Pointer,
+                 dz_ptr: cute.Pointer, part_ptr: cute.Pointer, batch: Int32, num_ctas: Int32,
+                 inv_fb: Float32, stream):
+        f, h, w1_cols = self.f, self.h, self.f + self.num_actions
+        mS = cute.make_tensor(s_ptr, cute.make_layout((batch, f // 4, 4), stride=(f, 4, 1)))
+        mAct = cute.make_tensor(a_ptr, cute.make_layout(batch))
+        mSn = cute.make_tensor(s_next_ptr, cute.make_layout((batch, f), stride=(f, 1)))
+        mW1v = cute.make_tensor(w1_ptr, cute.make_layout((h, w1_cols // self.vec_w1, self.vec_w1),
+                                                        stride=(w1_cols, self.vec_w1, 1)))
+        mW1 = cute.make_tensor(w1_ptr, cute.make_layout((h, w1_cols), stride=(w1_cols, 1)))
+        mB1 = cute.make_tensor(b1_ptr, cute.make_layout(h))
+        mW2v = cute.make_tensor(w2_ptr, cute.make_layout((f, h // 4, 4), stride=(h, 4, 1)))
+        mB2 = cute.make_tensor(b2_ptr, cute.make_layout(f))
+        mR = cute.make_tensor(r_ptr, cute.make_layout(batch))
+        mDs = cute.make_tensor(ds_ptr, cute.make_layout((batch, f), stride=(f, 1)))
+        mHid = cute.make_tensor(hid_ptr, cute.make_layout((batch, h), stride=(h, 1)))
+        mDp = cute.make_tensor(dpred_ptr, cute.make_layout((batch, f), stride=(f, 1)))
+        mDz = cute.make_tensor(dz_ptr, cute.make_layout((batch, h), stride=(h, 1)))
+        mPart = cute.make_tensor(part_ptr, cute.make_layout(num_ctas * self.partial_width))
+        self.kernel(mS, mAct, mSn, mW1v, mW1, mB1, mW2v, mB2, mR, mDs, mHid, mDp, mDz, mPart,
+                    batch, num_ctas, inv_fb).launch(
+            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1v: cute.Tensor,
+               mW1: cute.Tensor, mB1: cute.Tensor, mW2v: cute.Tensor, mB2: cute.Tensor,
+               mR: cute.Tensor, mDs: cute.Tensor, mHid: cute.Tensor, mDp: cute.Tensor,
+               mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
+        tid, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        bm, f, h, na = self.bm, self.f, self.h, self.num_actions
+        row0 = cta * bm
+        smem = cutlass.memory.SmemAllocator()
+        # STAGES-deep staging for the streamed chunks: rows of s, and one weight chunk in
+        # either orientation ([n, CHUNK] blocks of W1s, W2 read as B_t; CHUNK rows of W2, W1s
+        # read transposed), all views of one buffer sized for the larger.
+        sS3, sS = staging_by_rows(smem, bm, 4)
+        sWraw = smem.allocate_tensor(Float32, cute.make_layout(STAGES * STAGE_W), 16)
+        # Resident activations: z (then dz, in place) and dpred. Row strides = 4 (mod 32)
+        # banks: conflict-free A-fragment reads.
+        sZ = smem.allocate_tensor(Float32, cute.make_layout((bm, h), stride=(h + PAD, 1)), 16)
+        sDp = smem.allocate_tensor(Float32, cute.make_layout((bm, f), stride=(f + PAD, 1)), 16)
+        sActs = smem.allocate_tensor(Int32, cute.make_layout(bm), 16)
+        sRowPart = smem.allocate_tensor(Float32, cute.make_layout((4, bm), stride=(bm, 1)), 16)
+
+        if tid < bm:
+            sActs[tid] = Int32(-1)  # padding rows past the batch: no action, no gradient
+            if row0 + tid < batch:
+                sActs[tid] = Int32(mAct[row0 + tid])
+
+        tiled_mma = _mma_atom(self.warps_m, self.warps_n)
+        thr = tiled_mma.get_slice(tid)
+
+        # ---- Phase 1: z = s @ W1s^T + b1 + W1a[:, a] -> sZ; hid = relu(z) -> global.
+        bn1 = n_tile(h, self.warps_n)
+        sW1_3, sW1 = rows_view(sWraw, bn1, self.vec_w1, STAGE_W)
+        cC1 = thr.partition_C(cute.make_identity_tensor((bm, bn1)))
+        acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn1)), self.z_dtype)
+        for nt in cutlass.range_constexpr(h // bn1):
+            acc1.fill(0.0)
+            mma_chunks(tiled_mma, tid, acc1, self.mode_z, f // CHUNK,
+                       Operand(mS, batch, row0, 0, f // 4, bm, CHUNK // 4, 4, False, sS3, sS,
+                               threads=self.threads),
+                       Operand(mW1v, h, nt * bn1, 0, f // self.vec_w1, bn1, CHUNK // self.vec_w1,
+                               self.vec_w1, False, sW1_3, sW1, threads=self.threads))
+            for i in cutlass.range_constexpr(cute.size(acc1)):
+                r = cC1[i][0]
+                col = nt * bn1 + cC1[i][1]
+                act = sActs[r]
+                z_wide = acc1[i] + self.z_dtype(mB1[col])
+                if act >= 0:
+                    z_wide = z_wide + self.z_dtype(mW1[col, f + act])
+                z = Float32(z_wide)  # rounding keeps the sign: the mask is the exact one
+                if act >= 0:
+                    mHid[row0 + r, col] = relu(z)
+                sZ[r, col] = z
+
+        # ---- Phase 2: pred = relu(z) @ W2^T + b2; diff, r, dpred -> sDp and global.
+        bn2 = n_tile(f, self.warps_n)
+        sW2_3, sW2 = rows_view(sWraw, bn2, 4, STAGE_W)
+        cC2 = thr.partition_C(cute.make_identity_tensor((bm, bn2)))
+        acc2 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn2)))
+        num_mi = cute.size(acc2, mode=[1])
+        row_sq = cute.make_rmem_tensor((2, num_mi), Float32)
+        row_sq.fill(0.0)
+        for nt in cutlass.range_constexpr(f // bn2):
+            acc2.fill(0.0)
+            mma_chunks(tiled_mma, tid, acc2, self.mode, h // CHUNK, None,
+                       Operand(mW2v, f, nt * bn2, 0, h // 4, bn2, CHUNK // 4, 4, False, sW2_3, sW2,
+                               threads=self.threads),
+                       a_resident=sZ, a_relu=True)
+            for mi in cutlass.range_constexpr(num_mi):
+                for v1 in cutlass.range_constexpr(2):
+                    r = cC2[(0, v1), mi, 0][0]
+                    for ni in cutlass.range_constexpr(cute.size(acc2, mode=[2])):
+                        for v0 in cutlass.range_constexpr(2):
+                            col = nt * bn2 + cC2[(v0, v1), mi, ni][1]
+                            diff = Float32(0.0)
+                            if row0 + r < batch:
+                                diff = acc2[(v0, v1), mi, ni] + mB2[col] - mSn[row0 + r, col]
+                            row_sq[v1, mi] = row_sq[v1, mi] + diff * diff
+                            dp = diff * inv_fb
+                            sDp[r, col] = dp
+                            if row0 + r < batch:
+                                mDp[row0 + r, col] = dp
+        # r: the 4 lanes sharing a row add their column pairs (butterfly, fixed order), then
+        # the warps_n warps sharing a row add theirs through shared memory in warp order.
+        warp_n = cC2[0][1] // 8
+        for mi in cutlass.range_constexpr(num_mi):
+            for v1 in cutlass.range_constexpr(2):
+                sq = row_sq[v1, mi]
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+                if tid % 4 == 0:
+                    sRowPart[warp_n, cC2[(0, v1), mi, 0][0]] = sq
+        cute.arch.sync_threads()
+        if tid < bm:
+            sq = sRowPart[0, tid]
+            for w in cutlass.range_constexpr(1, self.warps_n):
+                sq = sq + sRowPart[w, tid]
+            r_row = sq / Float32(2 * f)
+            sRowPart[0, tid] = r_row
+            if row0 + tid < batch:
+                mR[row0 + tid] = r_row
+
+        # ---- Phase 3: dh = dpred @ W2; dz = dh * (z > 0) -> sZ (in place) and global.
+        bn3 = n_tile(h, self.warps_n)
+        sW2t_3, sW2t = columns_view(sWraw, bn3, 4, STAGE_W)
+        cC3 = thr.partition_C(cute.make_identity_tensor((bm, bn3)))
+        acc3 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn3)))
+        for nt in cutlass.range_constexpr(h // bn3):
+            acc3.fill(0.0)
+            mma_chunks(tiled_mma, tid, acc3, self.mode, f // CHUNK, None,
+                       Operand(mW2v, f, 0, nt * (bn3 // 4), h // 4, CHUNK, bn3 // 4, 4, True, sW2t_3,
+                               sW2t, threads=self.threads),
+                       a_resident=sDp)
+            for i in cutlass.range_constexpr(cute.size(acc3)):
+                r = cC3[i][0]
+                col = nt * bn3 + cC3[i][1]
+                dz = acc3[i] if sZ[r, col] > Float32(0.0) else Float32(0.0)
+                sZ[r, col] = dz
+                if row0 + r < batch:
+                    mDz[row0 + r, col] = dz
+        cute.arch.sync_threads()
+
+        # ---- Partial column sums of this CTA's rows, each in row order.
+        pw = self.partial_width
+        for col in cutlass.range(tid, f, self.threads, unroll=1):
+            acc = Float32(0.0)
+            for r in cutlass.range(bm, unroll=8):
+                acc = acc + sDp[r, col]
+            mPart[partial_index(col, cta, num_ctas, pw)] = acc
+        for col in cutlass.range(tid, h, self.threads, unroll=1):
+            acc = Float32(0.0)
+            for r in cutlass.range(bm, unroll=8):
+                acc = acc + sZ[r, col]
+            mPart[partial_index(f + col, cta, num_ctas, pw)] = acc
+            for j in cutlass.range_constexpr(na):
+                acc_j = Float32(0.0)
+                for r in cutlass.range(bm, unroll=8):
+                    acc_j = acc_j + (sZ[r, col] if sActs[r] == j else Float32(0.0))
+                mPart[partial_index(f + h + col * na + j, cta, num_ctas, pw)] = acc_j
+        if tid == 0:
+            loss = Float32(0.0)
+            for r in cutlass.range(bm, unroll=8):
+                loss = loss + sRowPart[0, r]
+            mPart[partial_index(pw - 1, cta, num_ctas, pw)] = loss / Float32(batch)
+
+        # ---- Phase 4: ds = dz @ W1s -> global.
+        bn4 = n_tile(f, self.warps_n)
+        sW1t_3, sW1t = columns_view(sWraw, bn4, self.vec_w1, STAGE_W)
+        cC4 = thr.partition_C(cute.make_identity_tensor((bm, bn4)))
+        acc4 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn4)))
+        for nt in cutlass.range_constexpr(f // bn4):
+            acc4.fill(0.0)
+            mma_chunks(tiled_mma, tid, acc4, self.mode, h // CHUNK, None,
+                       Operand(mW1v, h, 0, nt * (bn4 // self.vec_w1), f // self.vec_w1, CHUNK,
+                               bn4 // self.vec_w1, self.vec_w1, True, sW1t_3, sW1t, threads=self.threads),
+                       a_resident=sZ)
+            for i in cutlass.range_constexpr(cute.size(acc4)):
+                r = cC4[i][0]
+                if row0 + r < batch:
+                    mDs[row0 + r, nt * bn4 + cC4[i][1]] = acc4[i]
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+
+_compiled = _cute.CompiledCache()
+
+
+def row_pass_compile_args(f: int, h: int, num_actions: int, precision: str, action_dtype: type) -> tuple:
+    p = _cute.fake_ptr()
+    return (RowPass(f, h, num_actions, precision, action_dtype), p, _cute.fake_ptr(action_dtype), p, p, p,
+            p, p, p, p, p, p, p, p, Int32(1), Int32(1), Float32(1.0), _cute.fake_stream())
+
+
+def _compile_row_pass(f: int, h: int, num_actions: int, precision: str, action_dtype: type,
+                      keep: bool = False) -> Any:
+    key = ("row_pass", f, h, num_actions, precision, action_dtype.__name__, keep)
+    return _compiled.get(key, lambda: _cute.compile_kernel(
+        *row_pass_compile_args(f, h, num_actions, precision, action_dtype), keep=keep))
+
+
+def check_sizes(chk: _arrays.Checker) -> None:
+    """F and H: multiples of 32 in [32, 512] (whole 32-wide reduction chunks, 128-bit rows);
+    A = W1's extra columns in [1, 16] (one partial column sum per action); any B >= 1 with
+    B * max(F, H) < 2^31 (32-bit indexing)."""
+    for dim in ("F", "H"):
+        chk.dim_range(dim, MIN_WIDTH, MAX_WIDTH, "the kernels' tile and shared-memory sizes")
+        chk.dim_multiple(dim, WIDTH_MULTIPLE, "the reductions run in whole 32-wide chunks")
+    num_actions = chk.dims["F+A"] - chk.dims["F"]
+    if not 1 <= num_actions <= MAX_ACTIONS:
+        raise _arrays.FoxcuteInputError(
+            f"{chk.where}: A={num_actions} actions (W1 has F + A columns) is outside the supported "
+            f"range 1 <= A <= {MAX_ACTIONS} (one partial column sum per action)")
+    batch = chk.dims["B"]
+    if batch * max(chk.dims["F"], chk.dims["H"]) >= 2**31:
+        raise _arrays.FoxcuteInputError(
+            f"{chk.where}: B={batch} gives more than 2^31 elements per array (32-bit indexing)")
+
+
+def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2: Any, *,
+                     precision: str = "tf32") -> tuple:
+    """(loss [1], r [B], dW1 [H, F+A], db1 [H], dW2 [F, H], db2 [F], ds [B, F]) for validated
+    arrays; launched on the current stream of the array library, nothing synchronizes."""
+    batch, f = s.shape
+    h, w1_cols = W1.shape
+    num_actions = w1_cols - f
+    action_dtype = Int64 if str(a.dtype).endswith("int64") else Int32
+    row_pass = _compile_row_pass(f, h, num_actions, precision, action_dtype)
+    bm = row_block(f, h)
+    num_ctas = -(-batch // bm)
+    width = f + h * (num_actions + 1) + 1
+    r = _arrays.empty(s, (batch,))
+    ds = _arrays.empty(s, (batch, f))
+    hid = _arrays.empty(s, (batch, h))
+    dpred = _arrays.empty(s, (batch, f))
+    dz = _arrays.empty(s, (batch, h))
+    partials = _arrays.empty(s, (num_ctas * width,))
+    ptr = _cute.gmem_ptr
+    row_pass(ptr(s), ptr(a, action_dtype), ptr(s_next), ptr(W1), ptr(b1), ptr(W2), ptr(b2), ptr(r),
+             ptr(ds), ptr(hid), ptr(dpred), ptr(dz), ptr(partials), Int32(batch), Int32(num_ctas),
+             Float32(1.0 / (f * batch)), _cute.current_stream(s))
+    sums = sum_partials(partials, num_ctas, width)
+
+    dW2 = _arrays.empty(s, (f, h))
+    dW1 = _arrays.empty(s, (h, w1_cols))
+    # dW2 = dpred^T hid and dW1[:, :F] = dz^T s (rows F + A apart), side by side in one launch.
+    weight_grads_into([(dpred, hid, dW2, h, None), (dz, s, dW1, w1_cols, None)], precision)
+    dW1[:, f:] = sums[f + h:f + h + h * num_actions].reshape(h, num_actions)
+    db2 = sums[:f]
+    db1 = sums[f:f + h]
+    loss = sums[width - 1:width]
+    return loss, r, dW1, db1, dW2, db2, ds
+
+
+def sum_partials(partials: Any, num_ctas: int, width: int) -> Any:
+    """total[j] = sum over CTAs of partial column j (laid out by partial_index), each column
+    summed in CTA order by column_sum: deterministic."""
+    from .column_sum import column_sum
+
+    total = _arrays.empty(partials, (width,))
+    for c0 in range(0, width, COLSUM_WIDTH):
+        w = min(COLSUM_WIDTH, width - c0)
+        column_sum(partials[c0 * num_ctas:(c0 + w) * num_ctas].reshape(num_ctas, w), out=total[c0:c0 + w])
+    return total
+
+
+def compiled_for_ci() -> dict[str, Any]:
+    """The row pass at the defaults (F=256, H=128, A=3) in both precisions, PTX kept. The
+    weight gradients are gemm's WeightGrad (gemm.compiled_for_ci covers them)."""
+    return {f"row_pass_{p}": _compile_row_pass(256, 128, 3, p, Int64, keep=True) for p in ("tf32", "fp32")}

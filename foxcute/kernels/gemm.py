@@ -1,0 +1,722 @@
+"""Skinny float32 GEMMs for the trainer's layers: M = batch (up to 65536 and more) rows,
+N and K up to 512, with the epilogues those layers need fused in.
+
+    matmul(A [M, K], B_t [N, K])  -> epilogue(A @ B_t^T)       (B_t is a torch Linear weight)
+    weight_grad(dY [M, N], X [M, K]) -> (dW = dY^T X [N, K], db = sum_m dY [N])
+
+Why it is built this way.
+- Every shape here is memory-bound (e.g. [65536 x 256] @ [256 x 32]: 64 MB read for 1 GFLOP),
+  so what counts is reading A once with 128-bit coalesced loads and keeping the small
+  operand in shared memory. Hopper's wgmma takes no TF32 in CuTe DSL 4.8.1, so the tensor
+  core path is the warp-level mma.sync m16n8k8 TF32 (precision "tf32", the default); "fp32"
+  runs the same tiles with FFMA on the same accumulator layout, so epilogues are shared.
+- Operands stream global -> shared memory with cp.async (16-byte copies when the row length
+  is a multiple of 4, else 4-byte ones, chosen statically) in K-chunks of 32 through a
+  3-stage buffer, so two chunks are in flight while one is multiplied (`mma_chunks`). Rows
+  are padded so the MMA fragment reads are free of bank conflicts. TF32 rounding (cvt.rna)
+  happens on the fragment load, so shared memory keeps the exact float32 values that the
+  bias-gradient column sums read.
+- matmul: one CTA owns a block of rows and walks all N-tiles itself, so a row-wise
+  epilogue (the dot with a second layer's single output) sees every column of its rows
+  without a second pass; for N <= the tile width A is read exactly once.
+- weight_grad: the reduction over M is split over CTAs; each writes its partial tile and
+  the last CTA to finish a tile (integer ticket) adds the tile's partials in CTA order:
+  deterministic (no float atomics, bit-identical from run to run) in one launch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Float64, Int32
+from cutlass._mlir.dialects import llvm
+
+from .. import _arrays
+from . import _cute
+
+EPILOGUES = ("none", "bias_relu", "sigmoid", "row_dot")
+PRECISIONS = ("tf32", "fp32")
+MODE = {"tf32": "tf32", "fp32": "ffma"}  # precision -> tile_mma mode
+MAX_DIM = 512  # N and K: the widest layer of the trainer; tiles and grids are sized for it
+MAX_ROWS = 2**31 // MAX_DIM  # M: layouts index with 32-bit integers
+THREADS = 128  # 4 warps
+CHUNK = 32  # reduction elements staged in shared memory per step
+STAGES = 3  # shared-memory buffers per streamed operand: two chunks in flight during the MMAs
+PAD = 4  # floats of row padding: row stride = 4 (mod 32) banks -> conflict-free A/B fragment reads
+
+
+def _mma_atom(warps_m: int = 4, warps_n: int = 1) -> cute.TiledMma:
+    # warps_m warps along M, warps_n along N: one issue covers a (16 warps_m) x (8 warps_n) x 8
+    # tile, repeated over the CTA tile.
+    return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)), (warps_m, warps_n, 1))
+
+
+@cute.jit
+def stage_tile(mX: cute.Tensor, num_rows: Int32, row0: Int32, vec0: Int32, num_vecs: Int32,
+               sX: cute.Tensor, rows: cutlass.Constexpr, vecs: cutlass.Constexpr,
+               vec: cutlass.Constexpr, tid: Int32, threads: cutlass.Constexpr = THREADS):
+    """Start copying the [rows, vecs*vec] block of mX (viewed [R, C/vec, vec]) at row row0,
+    vector vec0 into sX ([rows, vecs, vec] view of shared memory) with cp.async: no registers
+    held, and the copy runs while the MMAs of the previous chunk do. Parts out of range are
+    zeroed with plain stores. Consecutive threads take consecutive vectors of a row: coalesced
+    128-bit loads. The caller commits the group and waits for it."""
+    atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), Float32, num_bits_per_copy=32 * vec)
+    total = rows * vecs
+    for j in cutlass.range_constexpr((total + threads - 1) // threads):
+        idx = tid + j * threads
+        r = idx // vecs
+        q = idx % vecs
+        if cutlass.const_expr(total % threads == 0):
+            stage_vector(atom, mX, num_rows, row0 + r, vec0 + q, num_vecs, sX, r, q, vec)
+        elif idx < total:
+            stage_vector(atom, mX, num_rows, row0 + r, vec0 + q, num_vecs, sX, r, q, vec)
+
+
+@cute.jit
+def stage_vector(atom, mX: cute.Tensor, num_rows: Int32, row: Int32, v: Int32, num_vecs: Int32,
+                 sX: cute.Tensor, r: Int32, q: Int32, vec: cutlass.Constexpr):
+    if row < num_rows and v < num_vecs:
+        cute.copy(atom, mX[row, v, None], sX[r, q, None])
+    else:
+        zero = cute.make_rmem_tensor((vec,), Float32)
+        zero.fill(0.0)
+        sX[r, q, None].store(zero.load())
+
+
+@cute.jit
+def relu(x: Float32) -> Float32:
+    return x if x > Float32(0.0) else Float32(0.0)
+
+
+@cute.jit
+def load_tf32(dst: cute.Tensor, src: cute.Tensor, apply_relu: cutlass.Constexpr = False):
+    """Fragment load with round-to-nearest TF32 conversion (the MMA would truncate)."""
+    for i in cutlass.range_constexpr(cute.size(dst)):
+        if cutlass.const_expr(apply_relu):
+            dst[i] = Int32(cute.arch.cvt_f32_tf32(relu(src[i])))
+        else:
+            dst[i] = Int32(cute.arch.cvt_f32_tf32(src[i]))
+
+
+@cute.jit
+def load_tf32_split(hi: cute.Tensor, lo: cute.Tensor, src: cute.Tensor):
+    """x = hi + lo with both parts TF32 (3xTF32): hi*hi + hi*lo + lo*hi carries ~21 bits."""
+    for i in cutlass.range_constexpr(cute.size(hi)):
+        x = src[i]
+        hi_bits = cute.arch.cvt_f32_tf32(x)
+        hi[i] = Int32(hi_bits)
+        lo[i] = Int32(cute.arch.cvt_f32_tf32(x - Float32(llvm.bitcast(Float32.mlir_type, hi_bits))))
+
+
+@cute.jit
+def tile_mma(tiled_mma: cute.TiledMma, tid: Int32, sA: cute.Tensor, sB: cute.Tensor,
+             acc: cute.Tensor, mode: cutlass.Constexpr, a_relu: cutlass.Constexpr = False):
+    """acc += f(sA) @ sB^T for sA [bm, CHUNK], sB [bn, CHUNK] (any layouts) in the MMA's
+    accumulator layout, f = relu if a_relu else identity. mode: "tf32" one
+    TF32 MMA; "3xtf32" three (operands split hi + lo, near-float32 products, no a_relu);
+    "ffma" / "ffma64" the same accumulator elements by FFMA / float64 FMA (acc Float64)."""
+    thr = tiled_mma.get_slice(tid)
+    if cutlass.const_expr(mode == "tf32"):
+        tCsA = thr.partition_A(sA)
+        tCsB = thr.partition_B(sB)
+        rA = tiled_mma.make_fragment_A(tCsA[None, None, 0])
+        rB = tiled_mma.make_fragment_B(tCsB[None, None, 0])
+        for k in cutlass.range_constexpr(cute.size(tCsA, mode=[2])):
+            load_tf32(rA, tCsA[None, None, k], a_relu)
+            load_tf32(rB, tCsB[None, None, k])
+            cute.gemm(tiled_mma, acc, rA, rB, acc)
+    elif cutlass.const_expr(mode == "3xtf32"):
+        tCsA = thr.partition_A(sA)
+        tCsB = thr.partition_B(sB)
+        rA = tiled_mma.make_fragment_A(tCsA[None, None, 0])
+        rA_lo = tiled_mma.make_fragment_A(tCsA[None, None, 0])
+        rB = tiled_mma.make_fragment_B(tCsB[None, None, 0])
+        rB_lo = tiled_mma.make_fragment_B(tCsB[None, None, 0])
+        for k in cutlass.range_constexpr(cute.size(tCsA, mode=[2])):
+            load_tf32_split(rA, rA_lo, tCsA[None, None, k])
+            load_tf32_split(rB, rB_lo, tCsB[None, None, k])
+            cute.gemm(tiled_mma, acc, rA_lo, rB, acc)  # small terms first
+            cute.gemm(tiled_mma, acc, rA, rB_lo, acc)
+            cute.gemm(tiled_mma, acc, rA, rB, acc)
+    else:
+        # Accumulator element ((v0, v1), mi, ni) is C[row(v1, mi), col(v0, ni)].
+        cC = thr.partition_C(cute.make_identity_tensor((cute.size(sA, mode=[0]), cute.size(sB, mode=[0]))))
+        num_mi = cute.size(acc, mode=[1])
+        num_ni = cute.size(acc, mode=[2])
+        wide = Float64 if cutlass.const_expr(mode == "ffma64") else Float32
+        a = cute.make_rmem_tensor((2, num_mi), wide)
+        b = cute.make_rmem_tensor((2, num_ni), wide)
+        # A runtime loop: fully unrolled, the compiler hoists every shared load of the chunk
+        # into registers at once and spills at the widest tile.
+        for k in cutlass.range(CHUNK, unroll=2):
+            for mi in cutlass.range_constexpr(num_mi):
+                for v1 in cutlass.range_constexpr(2):
+                    if cutlass.const_expr(a_relu):
+                        a[v1, mi] = wide(relu(sA[cC[(0, v1), mi, 0][0], k]))
+                    else:
+                        a[v1, mi] = wide(sA[cC[(0, v1), mi, 0][0], k])
+            for ni in cutlass.range_constexpr(num_ni):
+                for v0 in cutlass.range_constexpr(2):
+                    b[v0, ni] = wide(sB[cC[(v0, 0), 0, ni][1], k])
+            for mi in cutlass.range_constexpr(num_mi):
+                for ni in cutlass.range_constexpr(num_ni):
+                    for v1 in cutlass.range_constexpr(2):
+                        for v0 in cutlass.range_constexpr(2):
+                            acc[(v0, v1), mi, ni] = acc[(v0, v1), mi, ni] + a[v1, mi] * b[v0, ni]
+
+
+class Operand:
+    """One operand of a chunked product, streamed from global memory through a double buffer
+    in shared memory: chunk kc of it is the block at row row0 + kc*CHUNK (along_rows: CHUNK
+    rows of a matrix read transposed) or at column vector vec0 + kc*CHUNK/vec (a [rows, CHUNK]
+    row block). `stage3` is the [rows, vecs, vec, 2] staging view, `view` the [n, CHUNK, 2]
+    MMA view (see staging_by_rows / staging_by_columns)."""
+
+    def __init__(self, mX, num_rows, row0, vec0, num_vecs, rows, vecs, vec, along_rows, stage3, view,
+                 threads=THREADS):
+        self.tensors = (mX, stage3, view)
+        self.ints = (num_rows, row0, vec0, num_vecs)
+        self.static = (rows, vecs, vec, along_rows, threads)
+
+
+@cute.jit
+def issue_chunk(mX: cute.Tensor, stage3: cute.Tensor, num_rows: Int32, row0: Int32, vec0: Int32,
+                num_vecs: Int32, rows: cutlass.Constexpr, vecs: cutlass.Constexpr,
+                vec: cutlass.Constexpr, along_rows: cutlass.Constexpr, threads: cutlass.Constexpr,
+                kc: Int32, buf: Int32, tid: Int32):
+    if cutlass.const_expr(along_rows):
+        stage_tile(mX, num_rows, row0 + kc * CHUNK, vec0, num_vecs, stage3[None, None, None, buf],
+                   rows, vecs, vec, tid, threads)
+    else:
+        stage_tile(mX, num_rows, row0, vec0 + kc * (CHUNK // vec), num_vecs,
+                   stage3[None, None, None, buf], rows, vecs, vec, tid, threads)
+
+
+def staging_by_rows(smem, rows: int, vec: int) -> tuple:
+    """STAGES-deep staging for an operand read as [rows, CHUNK] row blocks (A, or B_t):
+    (the [rows, CHUNK/vec, vec, STAGES] staging view, the [rows, CHUNK, STAGES] MMA view).
+    Row stride CHUNK + 4 = 4 (mod 32) banks: conflict-free fragment reads."""
+    stride = CHUNK + PAD
+    stage3 = smem.allocate_tensor(Float32, cute.make_layout(
+        (rows, CHUNK // vec, vec, STAGES), stride=(stride, vec, 1, rows * stride)), 16)
+    view = cute.make_tensor(stage3.iterator, cute.make_layout(
+        (rows, CHUNK, STAGES), stride=(stride, 1, rows * stride)))
+    return stage3, view
+
+
+def staging_by_columns(smem, cols: int, vec: int) -> tuple:
+    """STAGES-deep staging for an operand whose chunks are CHUNK rows of a [K, cols]
+    row-major matrix read transposed (B = W for x @ W, or dY^T / X^T in a weight gradient):
+    (the [CHUNK, cols/vec, vec, STAGES] staging view, the [cols, CHUNK, STAGES] MMA view).
+    Row stride cols + 8 = 8 (mod 32) banks: conflict-free transposed fragment reads."""
+    stride = cols + 8
+    stage3 = smem.allocate_tensor(Float32, cute.make_layout(
+        (CHUNK, cols // vec, vec, STAGES), stride=(stride, vec, 1, CHUNK * stride)), 16)
+    view = cute.make_tensor(stage3.iterator, cute.make_layout(
+        (cols, CHUNK, STAGES), stride=(1, stride, CHUNK * stride)))
+    return stage3, view
+
+
+def rows_view(raw: cute.Tensor, rows: int, vec: int, stage_stride: int) -> tuple:
+    """staging_by_rows' two views on a raw shared buffer whose stages are stage_stride apart
+    (one buffer can then serve operands of different shapes in turn)."""
+    stride = CHUNK + PAD
+    stage3 = cute.make_tensor(raw.iterator, cute.make_layout(
+        (rows, CHUNK // vec, vec, STAGES), stride=(stride, vec, 1, stage_stride)))
+    view = cute.make_tensor(raw.iterator, cute.make_layout((rows, CHUNK, STAGES), stride=(stride, 1, stage_stride)))
+    return stage3, view
+
+
+def columns_view(raw: cute.Tensor, cols: int, vec: int, stage_stride: int) -> tuple:
+    """staging_by_columns' two views on a raw shared buffer whose stages are stage_stride apart."""
+    stride = cols + 8
+    stage3 = cute.make_tensor(raw.iterator, cute.make_layout(
+        (CHUNK, cols // vec, vec, STAGES), stride=(stride, vec, 1, stage_stride)))
+    view = cute.make_tensor(raw.iterator, cute.make_layout((cols, CHUNK, STAGES), stride=(1, stride, stage_stride)))
+    return stage3, view
+
+
+@cute.jit
+def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cutlass.Constexpr,
+               num_chunks: Int32, a: Operand, b: Operand, a_resident: cute.Tensor = None,
+               a_relu: cutlass.Constexpr = False, after_chunk=None):
+    """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over STAGES shared
+    buffers: chunks kc+1 and kc+2 are in flight (cp.async) while chunk kc is multiplied. A is
+    streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
+    streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
+    column sum of the staged operand). Ends with a barrier: the buffers are free again."""
+    b_mX, b_stage3, b_view = b.tensors
+    b_num_rows, b_row0, b_vec0, b_num_vecs = b.ints
+    b_rows, b_vecs, b_vec, b_along_rows, b_threads = b.static
+    streamed_a = cutlass.const_expr(a_resident is None)
+    a_mX, a_stage3, a_view = b.tensors
+    a_num_rows, a_row0, a_vec0, a_num_vecs = b.ints
+    a_rows, a_vecs, a_vec, a_along_rows, a_threads = b.static
+    if cutlass.const_expr(streamed_a):
+        a_mX, a_stage3, a_view = a.tensors
+        a_num_rows, a_row0, a_vec0, a_num_vecs = a.ints
+        a_rows, a_vecs, a_vec, a_along_rows, a_threads = a.static
+    a_rows_resident = 0
+    if cutlass.const_expr(not streamed_a):
+        a_rows_resident = cute.size(a_resident, mode=[0])
+
+    # One commit group per chunk (empty past the end), so "all but the newest STAGES - 2
+    # groups are complete" always means "chunk kc has landed".
+    for kc in cutlass.range_constexpr(STAGES - 1):
+        if kc < num_chunks:
+            if cutlass.const_expr(streamed_a):
+                issue_chunk(a_mX, a_stage3, a_num_rows, a_row0, a_vec0, a_num_vecs, a_rows, a_vecs, a_vec,
+                            a_along_rows, a_threads, kc, kc, tid)
+            issue_chunk(b_mX, b_stage3, b_num_rows, b_row0, b_vec0, b_num_vecs, b_rows, b_vecs, b_vec,
+                        b_along_rows, b_threads, kc, kc, tid)
+        cute.arch.cp_async_commit_group()
+    for kc in cutlass.range(num_chunks, unroll=1):
+        cute.arch.cp_async_wait_group(STAGES - 2)
+        # Chunk kc is visible to all, and everyone has finished chunk kc - 1: its buffer
+        # ((kc + STAGES - 1) % STAGES) can be refilled.
+        cute.arch.sync_threads()
+        ahead = kc + STAGES - 1
+        if ahead < num_chunks:
+            if cutlass.const_expr(streamed_a):
+                issue_chunk(a_mX, a_stage3, a_num_rows, a_row0, a_vec0, a_num_vecs, a_rows, a_vecs,
+                            a_vec, a_along_rows, a_threads, ahead, ahead % STAGES, tid)
+            issue_chunk(b_mX, b_stage3, b_num_rows, b_row0, b_vec0, b_num_vecs, b_rows, b_vecs, b_vec,
+                        b_along_rows, b_threads, ahead, ahead % STAGES, tid)
+        cute.arch.cp_async_commit_group()
+        buf = kc % STAGES
+        if cutlass.const_expr(streamed_a):
+            tile_mma(tiled_mma, tid, a_view[None, None, buf], b_view[None, None, buf], acc, mode, a_relu)
+        else:
+            tile_mma(tiled_mma, tid, cute.local_tile(a_resident, (a_rows_resident, CHUNK), (0, kc)),
+                     b_view[None, None, buf], acc, mode, a_relu)
+        if cutlass.const_expr(after_chunk is not None):
+            after_chunk(buf)
+    cute.arch.sync_threads()
+
+
+@cute.jit
+def add_bias_column(total: cute.Tensor, sDyT: cute.Tensor, kt: Int32, col: Int32, buf: Int32):
+    """db: in the CTAs of the first K-tile, thread col < bn adds column col of the staged dY
+    chunk `buf` (sDyT: [bn, CHUNK, STAGES]) to total[0], in row order."""
+    if kt == 0:
+        if col < cute.size(sDyT, mode=[0]):
+            for i in cutlass.range_constexpr(CHUNK):
+                total[0] = total[0] + sDyT[col, i, buf]
+
+
+def _vec(n: int) -> int:
+    return 4 if n % 4 == 0 else 1
+
+
+class SkinnyMatmul:
+    """out = epilogue(A @ B_t^T). One CTA per `bm` rows walks every `bn`-column tile.
+
+    epilogue: "none" out = C; "bias_relu" out = relu(C + bias); "sigmoid" out = sigmoid(C + bias);
+    "row_dot" out[m] = sum_n relu(C[m, n] + bias[n]) * v[n] + c0 (a second layer with one
+    output, reduced in registers and across the 4 lanes sharing a row: out is [M])."""
+
+    def __init__(self, epilogue: str, precision: str, bn: int, vec_k: int):
+        self.epilogue = epilogue
+        self.mode = MODE[precision]
+        self.bn = bn
+        self.bm = 128 if bn <= 64 else 64  # 64 accumulators per thread
+        self.vec = vec_k
+
+    @cute.jit
+    def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, out_ptr: cute.Pointer,
+                 bias_ptr: cute.Pointer, v_ptr: cute.Pointer, c0: Float32,
+                 m: Int32, n: Int32, k_vecs: Int32, stream):
+        k = cute.assume(k_vecs * self.vec, divby=self.vec)
+        mA = cute.make_tensor(a_ptr, cute.make_layout((m, k_vecs, self.vec), stride=(k, self.vec, 1)))
+        mB = cute.make_tensor(b_ptr, cute.make_layout((n, k_vecs, self.vec), stride=(k, self.vec, 1)))
+        if cutlass.const_expr(self.epilogue == "row_dot"):
+            mOut = cute.make_tensor(out_ptr, cute.make_layout((m, 1), stride=(1, 1)))
+        else:
+            mOut = cute.make_tensor(out_ptr, cute.make_layout((m, n), stride=(n, 1)))
+        mBias = cute.make_tensor(bias_ptr, cute.make_layout(n))
+        mV = cute.make_tensor(v_ptr, cute.make_layout(n))
+        self.kernel(mA, mB, mOut, mBias, mV, c0, m, n, k_vecs).launch(
+            grid=[(m + self.bm - 1) // self.bm, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mOut: cute.Tensor, mBias: cute.Tensor,
+               mV: cute.Tensor, c0: Float32, m: Int32, n: Int32, k_vecs: Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        vecs = CHUNK // self.vec
+        smem = cutlass.memory.SmemAllocator()
+        sA3, sA = staging_by_rows(smem, self.bm, self.vec)
+        sB3, sB = staging_by_rows(smem, self.bn, self.vec)
+
+        tiled_mma = _mma_atom()
+        thr = tiled_mma.get_slice(tid)
+        acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((self.bm, self.bn)))
+        cC = thr.partition_C(cute.make_identity_tensor((self.bm, self.bn)))
+        num_mi = cute.size(acc, mode=[1])
+        num_ni = cute.size(acc, mode=[2])
+        row0 = cta * self.bm
+        row_sum = cute.make_rmem_tensor((2, num_mi), Float32)
+        row_sum.fill(0.0)
+
+        for nt in cutlass.range((n + self.bn - 1) // self.bn, unroll=1):
+            col0 = nt * self.bn
+            acc.fill(0.0)
+            mma_chunks(tiled_mma, tid, acc, self.mode, (k_vecs + vecs - 1) // vecs,
+                       Operand(mA, m, row0, 0, k_vecs, self.bm, vecs, self.vec, False, sA3, sA),
+                       Operand(mB, n, col0, 0, k_vecs, self.bn, vecs, self.vec, False, sB3, sB))
+            # Epilogue on the registers.
+            for mi in cutlass.range_constexpr(num_mi):
+                for v1 in cutlass.range_constexpr(2):
+                    row = row0 + cC[(0, v1), mi, 0][0]
+                    for ni in cutlass.range_constexpr(num_ni):
+                        for v0 in cutlass.range_constexpr(2):
+                            col = col0 + cC[(v0, v1), mi, ni][1]
+                            c = acc[(v0, v1), mi, ni]
+                            if col < n:
+                                if cutlass.const_expr(self.epilogue == "row_dot"):
+                                    h = c + mBias[col]
+                                    h = h if h > Float32(0.0) else Float32(0.0)
+                                    row_sum[v1, mi] = row_sum[v1, mi] + h * mV[col]
+                                elif row < m:
+                                    if cutlass.const_expr(self.epilogue == "none"):
+                                        mOut[row, col] = c
+                                    elif cutlass.const_expr(self.epilogue == "bias_relu"):
+                                        h = c + mBias[col]
+                                        mOut[row, col] = h if h > Float32(0.0) else Float32(0.0)
+                                    else:
+                                        h = c + mBias[col]
+                                        mOut[row, col] = Float32(1.0) / (Float32(1.0) + cute.math.exp(-h, fastmath=False))
+        if cutlass.const_expr(self.epilogue == "row_dot"):
+            # The 4 lanes t = lane % 4 of a row hold interleaved column pairs: add them in a
+            # fixed butterfly order.
+            for mi in cutlass.range_constexpr(num_mi):
+                for v1 in cutlass.range_constexpr(2):
+                    s = row_sum[v1, mi]
+                    s = s + cute.arch.shuffle_sync_bfly(s, offset=1)
+                    s = s + cute.arch.shuffle_sync_bfly(s, offset=2)
+                    row = row0 + cC[(0, v1), mi, 0][0]
+                    if tid % 4 == 0 and row < m:
+                        mOut[row, 0] = s + c0
+
+
+class WeightGrad:
+    """dW = dY^T X ([N, K], row stride ldo) and db = column sums of dY ([N]), deterministic,
+    for one or two independent problems over the same batch in one launch (curiosity's dW2
+    and dW1 run side by side: twice the CTAs in flight, one launch).
+
+    CTA (c, tile) reduces rows [c*rows_per_cta, (c+1)*rows_per_cta) of the batch into one
+    [bn, bk] tile (nt, kt) of a problem's dW; CTAs with kt == 0 also sum dY's columns. In the
+    MMA, dW's rows (N) are the M dimension and the batch is the reduction: A = dY^T and
+    B = X^T, both read from [batch, feature] shared tiles through transposed views (row
+    stride = 8 (mod 32) banks keeps those fragment reads conflict-free).
+
+    Each CTA writes its partial tile to `work[c, tile]` and takes a ticket for its tile (an
+    integer atomic, the only atomic); the CTA that draws the last ticket adds the tile's
+    partials in CTA order c = 0, 1, ... and writes dW (and db). The order is fixed, so the
+    result is bit-identical from run to run, and no second launch is needed (the pattern of
+    kernels.column_sum; at these widths, 4096-column column_sum calls would be 8-16 launches).
+    The finishing CTA resets the ticket for the next launch or graph replay."""
+
+    bn = 64
+    bk = 64
+
+    def __init__(self, precision: str, problems: tuple):
+        """problems: one or two (vec_n, vec_k, with_bias): the float4-ness of dY's and X's rows
+        and whether db is wanted."""
+        self.mode = MODE[precision]
+        self.problems = problems
+
+    @cute.jit
+    def __call__(self, dy0: cute.Pointer, x0: cute.Pointer, dw0: cute.Pointer, db0: cute.Pointer,
+                 n_vecs0: Int32, k_vecs0: Int32, ldo0: Int32,
+                 dy1: cute.Pointer, x1: cute.Pointer, dw1: cute.Pointer, db1: cute.Pointer,
+                 n_vecs1: Int32, k_vecs1: Int32, ldo1: Int32,
+                 work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, m: Int32, rows_per_cta: Int32,
+                 num_ctas: Int32, stream):
+        p0 = self.problem_tensors(0, dy0, x0, dw0, db0, n_vecs0, k_vecs0, ldo0, work_ptr, ticket_ptr,
+                                  m, num_ctas)
+        tiles = p0[-1]
+        p1 = p0
+        if cutlass.const_expr(len(self.problems) == 2):
+            p1 = self.problem_tensors(1, dy1, x1, dw1, db1, n_vecs1, k_vecs1, ldo1, p0[-3], p0[-2],
+                                      m, num_ctas)
+            tiles = tiles + p1[-1]
+        self.kernel(*p0[:-3], *p1[:-3], p0[-1], m, rows_per_cta, num_ctas).launch(
+            grid=[num_ctas, tiles, 1], block=[THREADS, 1, 1], stream=stream)
+
+    @cute.jit
+    def problem_tensors(self, p: cutlass.Constexpr, dy_ptr, x_ptr, dw_ptr, db_ptr, n_vecs, k_vecs,
+                        ldo, work_ptr, ticket_ptr, m, num_ctas):
+        """The global tensors of problem p, and where the next problem's work and tickets start."""
+        vec_n, vec_k, _ = self.problems[p]
+        n = cute.assume(n_vecs * vec_n, divby=vec_n)
+        k = cute.assume(k_vecs * vec_k, divby=vec_k)
+        n_tiles = (n + self.bn - 1) // self.bn
+        k_tiles = (k + self.bk - 1) // self.bk
+        tiles = n_tiles * k_tiles
+        tile_size = self.bn * self.bk
+        mDy = cute.make_tensor(dy_ptr, cute.make_layout((m, n_vecs, vec_n), stride=(n, vec_n, 1)))
+        mX = cute.make_tensor(x_ptr, cute.make_layout((m, k_vecs, vec_k), stride=(k, vec_k, 1)))
+        mDw = cute.make_tensor(dw_ptr, cute.make_layout((n, k), stride=(ldo, 1)))
+        mDb = cute.make_tensor(db_ptr, cute.make_layout(n))
+        # work: [num_ctas][tiles][bn * bk] partial tiles, then [num_ctas][n_tiles][bn] bias partials.
+        mWork4 = cute.make_tensor(work_ptr, cute.make_layout(
+            (tile_size // 4, 4, tiles, num_ctas), stride=(4, 1, tile_size, tiles * tile_size)))
+        bias_ptr = work_ptr + num_ctas * tiles * tile_size
+        mWorkB = cute.make_tensor(bias_ptr, cute.make_layout(
+            (self.bn, n_tiles, num_ctas), stride=(1, self.bn, n_tiles * self.bn)))
+        mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(tiles))
+        return (mDy, mX, mDw, mDb, mWork4, mWorkB, mTicket, k_tiles,
+                bias_ptr + num_ctas * n_tiles * self.bn, ticket_ptr + tiles, tiles)
+
+    @cute.kernel
+    def kernel(self, mDy0: cute.Tensor, mX0: cute.Tensor, mDw0: cute.Tensor, mDb0: cute.Tensor,
+               mWork0: cute.Tensor, mWorkB0: cute.Tensor, mTicket0: cute.Tensor, k_tiles0: Int32,
+               mDy1: cute.Tensor, mX1: cute.Tensor, mDw1: cute.Tensor, mDb1: cute.Tensor,
+               mWork1: cute.Tensor, mWorkB1: cute.Tensor, mTicket1: cute.Tensor, k_tiles1: Int32,
+               tiles0: Int32, m: Int32, rows_per_cta: Int32, num_ctas: Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        cta, tile, _ = cute.arch.block_idx()
+        smem = cutlass.memory.SmemAllocator()
+        dy_raw = smem.allocate_tensor(Float32, cute.make_layout(STAGES * CHUNK * (self.bn + 8)), 16)
+        x_raw = smem.allocate_tensor(Float32, cute.make_layout(STAGES * CHUNK * (self.bk + 8)), 16)
+        sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
+        if cutlass.const_expr(len(self.problems) == 1):
+            self.tile(0, mDy0, mX0, mDw0, mDb0, mWork0, mWorkB0, mTicket0, k_tiles0, tile,
+                      cta, tid, m, rows_per_cta, num_ctas, dy_raw, x_raw, sTicket)
+        else:
+            if tile < tiles0:
+                self.tile(0, mDy0, mX0, mDw0, mDb0, mWork0, mWorkB0, mTicket0, k_tiles0, tile,
+                          cta, tid, m, rows_per_cta, num_ctas, dy_raw, x_raw, sTicket)
+            else:
+                self.tile(1, mDy1, mX1, mDw1, mDb1, mWork1, mWorkB1, mTicket1, k_tiles1, tile - tiles0,
+                          cta, tid, m, rows_per_cta, num_ctas, dy_raw, x_raw, sTicket)
+
+    @cute.jit
+    def tile(self, p: cutlass.Constexpr, mDy: cute.Tensor, mX: cute.Tensor, mDw: cute.Tensor,
+             mDb: cute.Tensor, mWork4: cute.Tensor, mWorkB: cute.Tensor, mTicket: cute.Tensor,
+             k_tiles: Int32, tile: Int32, cta: Int32, tid: Int32, m: Int32, rows_per_cta: Int32,
+             num_ctas: Int32, dy_raw: cute.Tensor, x_raw: cute.Tensor, sTicket: cute.Tensor):
+        vec_n, vec_k, with_bias = self.problems[p]
+        nt = tile // k_tiles
+        kt = tile % k_tiles
+        n_vecs = cute.size(mDy, mode=[1])
+        k_vecs = cute.size(mX, mode=[1])
+        n = cute.size(mDw, mode=[0])
+        k = cute.size(mDw, mode=[1])
+        sDy3, sDyT = columns_view(dy_raw, self.bn, vec_n, CHUNK * (self.bn + 8))
+        sX3, sXT = columns_view(x_raw, self.bk, vec_k, CHUNK * (self.bk + 8))
+
+        tiled_mma = _mma_atom(2, 2)  # 32 x 32 warp tiles: 256 B of fragment reads per MMA
+        thr = tiled_mma.get_slice(tid)
+        cC = thr.partition_C(cute.make_identity_tensor((self.bn, self.bk)))
+        acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((self.bn, self.bk)))
+        acc.fill(0.0)
+        col_sum = cute.make_rmem_tensor((1,), Float32)
+        col_sum.fill(0.0)
+        add_bias_columns = None
+        if cutlass.const_expr(with_bias):
+            add_bias_columns = functools.partial(add_bias_column, col_sum, sDyT, kt, tid)
+
+        first = cta * rows_per_cta
+        last = cutlass.min(first + rows_per_cta, m)
+        mma_chunks(tiled_mma, tid, acc, self.mode, (last - first + CHUNK - 1) // CHUNK,
+                   Operand(mDy, last, first, nt * (self.bn // vec_n), n_vecs, CHUNK,
+                           self.bn // vec_n, vec_n, True, sDy3, sDyT),
+                   Operand(mX, last, first, kt * (self.bk // vec_k), k_vecs, CHUNK,
+                           self.bk // vec_k, vec_k, True, sX3, sXT),
+                   after_chunk=add_bias_columns)
+
+        # This CTA's partial tile (all of it: entries past N or K hold zeros).
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            e = cC[i][0] * self.bk + cC[i][1]
+            mWork4[e // 4, e % 4, tile, cta] = acc[i]
+        if cutlass.const_expr(with_bias):
+            if kt == 0 and tid < self.bn:
+                mWorkB[tid, nt, cta] = col_sum[0]
+
+        # Publish the partials, then take a ticket; the CTA that draws the last one finishes.
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.sync_threads()
+        if tid == 0:
+            sTicket[0] = cute.arch.atomic_add(mTicket.iterator + tile, Int32(1), sem="acq_rel", scope="gpu")
+        cute.arch.sync_threads()
+        if sTicket[0] == num_ctas - 1:
+            cute.arch.fence_acq_rel_gpu()
+            # Thread t adds float4 vectors t, t + THREADS, ... of the tile over c = 0, 1, ...:
+            # all its vectors' loads of one c are independent, keeping enough in flight.
+            vecs_per_thread = self.bn * self.bk // 4 // THREADS
+            tile_sum = cute.make_rmem_tensor((vecs_per_thread, 4), Float32)
+            tile_sum.fill(0.0)
+            for c in cutlass.range(num_ctas, unroll=2):
+                for j in cutlass.range_constexpr(vecs_per_thread):
+                    tile_sum[j, None].store(tile_sum[j, None].load() + mWork4[tid + j * THREADS, None, tile, c].load())
+            for j in cutlass.range_constexpr(vecs_per_thread):
+                e = (tid + j * THREADS) * 4
+                row = nt * self.bn + e // self.bk
+                for v in cutlass.range_constexpr(4):
+                    col = kt * self.bk + e % self.bk + v
+                    if row < n and col < k:
+                        mDw[row, col] = tile_sum[j, v]
+            if cutlass.const_expr(with_bias):
+                if kt == 0 and tid < self.bn:
+                    total = Float32(0.0)
+                    for c in cutlass.range(num_ctas, unroll=4):
+                        total = total + mWorkB[tid, nt, c]
+                    if nt * self.bn + tid < n:
+                        mDb[nt * self.bn + tid] = total
+            if tid == 0:
+                mTicket[tile] = Int32(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+
+_compiled = _cute.CompiledCache()
+
+
+def _tile_n(n: int) -> int:
+    bn = 8
+    while bn < min(n, 128):
+        bn *= 2
+    return bn
+
+
+def matmul_compile_args(epilogue: str, precision: str, bn: int, vec_k: int) -> tuple:
+    """(kernel object, arguments) to compile SkinnyMatmul with, on any machine."""
+    p = _cute.fake_ptr()
+    return (SkinnyMatmul(epilogue, precision, bn, vec_k), p, p, p, p, p, Float32(0.0), Int32(1),
+            Int32(1), Int32(1), _cute.fake_stream())
+
+
+def weight_grad_compile_args(precision: str, problems: tuple) -> tuple:
+    p, i = _cute.fake_ptr(), Int32(1)
+    return (WeightGrad(precision, problems), p, p, p, p, i, i, i, p, p, p, p, i, i, i, p,
+            _cute.fake_ptr(Int32), i, i, i, _cute.fake_stream())
+
+
+def _compile_matmul(epilogue: str, precision: str, bn: int, vec_k: int, keep: bool = False) -> Any:
+    return _compiled.get(("matmul", epilogue, precision, bn, vec_k, keep), lambda: _cute.compile_kernel(
+        *matmul_compile_args(epilogue, precision, bn, vec_k), keep=keep))
+
+
+def _compile_weight_grad(precision: str, problems: tuple, keep: bool = False) -> Any:
+    return _compiled.get(("weight_grad", precision, problems, keep), lambda: _cute.compile_kernel(
+        *weight_grad_compile_args(precision, problems), keep=keep))
+
+
+def _check(where: str, precision: str, **dims: int) -> None:
+    _arrays.check_choice(where, "precision", precision, PRECISIONS)
+    for name, size in dims.items():
+        if name in ("N", "K") and not 1 <= size <= MAX_DIM:
+            raise _arrays.FoxcuteInputError(f"{where}: {name}={size} is outside the supported range "
+                                            f"1 <= {name} <= {MAX_DIM}")
+        if name == "M" and not 1 <= size <= MAX_ROWS:
+            raise _arrays.FoxcuteInputError(f"{where}: M={size} is outside the supported range "
+                                            f"1 <= M <= {MAX_ROWS} (32-bit indexing)")
+
+
+def matmul(A: Any, B_t: Any, *, epilogue: str = "none", bias: Any = None, v: Any = None,
+           c0: float = 0.0, precision: str = "tf32", out: Any = None) -> Any:
+    """epilogue(A @ B_t^T) for float32 cupy arrays / torch CUDA tensors A [M, K], B_t [N, K].
+    bias [N] is needed by "bias_relu", "sigmoid" and "row_dot"; v [N] and c0 by "row_dot",
+    whose output is [M]; the others give [M, N]. Launched on the current stream."""
+    where = "foxcute.kernels.gemm.matmul"
+    _arrays.check_choice(where, "epilogue", epilogue, EPILOGUES)
+    chk = _arrays.Checker(where, gpu=True)
+    chk.array("A", A, ("M", "K"))
+    chk.array("B_t", B_t, ("N", "K"))
+    if epilogue != "none":
+        if bias is None:
+            raise chk.fail("bias", f"is required by epilogue {epilogue!r}")
+        chk.array("bias", bias, ("N",))
+    if epilogue == "row_dot":
+        if v is None:
+            raise chk.fail("v", "is required by epilogue 'row_dot'")
+        chk.array("v", v, ("N",))
+        c0 = chk.scalar("c0", c0)
+    m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
+    _check(where, precision, M=m, N=n, K=k)
+    out_shape = (m,) if epilogue == "row_dot" else (m, n)
+    if out is None:
+        out = _arrays.empty(A, out_shape)
+    else:
+        chk.array("out", out, out_shape)
+    vec = _vec(k)
+    fn = _compile_matmul(epilogue, precision, _tile_n(n), vec)
+    unused = A  # pointers an epilogue does not read: any valid address
+    fn(_cute.gmem_ptr(A), _cute.gmem_ptr(B_t), _cute.gmem_ptr(out),
+       _cute.gmem_ptr(bias if bias is not None else unused), _cute.gmem_ptr(v if v is not None else unused),
+       Float32(c0), Int32(m), Int32(n), Int32(k // vec), _cute.current_stream(A))
+    return out
+
+
+def weight_grad_grid(m: int, tiles: int, sms: int) -> tuple[int, int]:
+    """(num_ctas over the batch, rows per CTA) for `tiles` output tiles: about one CTA per SM,
+    each reducing a whole number of CHUNK-row steps (more CTAs would lengthen the serial
+    fixed-order sum over their partials at the end). Fixed by (m, tiles, sms), and so is the
+    summation order."""
+    want = max(1, sms // tiles)
+    steps = -(-m // CHUNK)
+    rows_per_cta = -(-steps // min(want, steps)) * CHUNK
+    return -(-m // rows_per_cta), rows_per_cta
+
+
+def _tiles(n: int, k: int) -> tuple[int, int]:
+    return -(-n // WeightGrad.bn), -(-k // WeightGrad.bk)
+
+
+def weight_grad(dY: Any, X: Any, *, with_bias: bool = True, precision: str = "tf32") -> Any:
+    """dW = dY^T X [N, K] and (with_bias) db = sum over rows of dY [N], for float32 cupy
+    arrays / torch CUDA tensors dY [M, N], X [M, K]. Returns dW, or (dW, db). Deterministic:
+    bit-identical from run to run. Launched on the current stream."""
+    where = "foxcute.kernels.gemm.weight_grad"
+    chk = _arrays.Checker(where, gpu=True)
+    chk.array("dY", dY, ("M", "N"))
+    chk.array("X", X, ("M", "K"))
+    m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
+    _check(where, precision, M=m, N=n, K=k)
+    dW = _arrays.empty(dY, (n, k))
+    db = _arrays.empty(dY, (n,)) if with_bias else None
+    weight_grads_into([(dY, X, dW, k, db)], precision)
+    return (dW, db) if with_bias else dW
+
+
+def weight_grads_into(problems: list, precision: str) -> None:
+    """One launch for one or two weight gradients of validated arrays over the same batch:
+    problems = [(dY [M, N], X [M, K], dW, ldo, db)], writing dW [N, K] into `dW` (rows `ldo`
+    floats apart, e.g. the first K columns of a wider gradient) and the column sums of dY
+    into `db` (None: not wanted)."""
+    m = problems[0][0].shape[0]
+    shapes = [(dY.shape[1], X.shape[1]) for dY, X, *_ in problems]
+    tiles = [_tiles(n, k) for n, k in shapes]
+    num_ctas, rows_per_cta = weight_grad_grid(m, sum(a * b for a, b in tiles), _cute.sm_count(problems[0][0]))
+    work = _arrays.empty(problems[0][0], (sum(num_ctas * nt * (kt * WeightGrad.bk + 1) * WeightGrad.bn
+                                              for nt, kt in tiles),))
+    tickets = _arrays.zeros(problems[0][0], (sum(a * b for a, b in tiles),), "int32")
+    config = tuple((_vec(n), _vec(k), db is not None) for (n, k), (_, _, _, _, db) in zip(shapes, problems))
+    fn = _compile_weight_grad(precision, config)
+    ptr = _cute.gmem_ptr
+    args = []
+    for (dY, X, dW, ldo, db), (n, k), (vec_n, vec_k, _) in zip(problems, shapes, config):
+        args += [ptr(dY), ptr(X), ptr(dW), ptr(db if db is not None else dW), Int32(n // vec_n),
+                 Int32(k // vec_k), Int32(ldo)]
+    if len(problems) == 1:
+        args += args  # the second problem's slots, unused
+    fn(*args, ptr(work), ptr(tickets, Int32), Int32(m), Int32(rows_per_cta), Int32(num_ctas),
+       _cute.current_stream(problems[0][0]))
+
+
+def compiled_for_ci() -> dict[str, Any]:
+    """Every kernel variant compiled with PTX kept, at the trainer's default widths."""
+    out = {}
+    for precision in PRECISIONS:
+        for epilogue in EPILOGUES:
+            out[f"matmul_{epilogue}_{precision}"] = _compile_matmul(epilogue, precision, _tile_n(128), 4, keep=True)
+        out[f"weight_grad_{precision}"] = _compile_weight_grad(precision, ((4, 4, True),), keep=True)
+        out[f"weight_grad_pair_{precision}"] = _compile_weight_grad(precision, ((4, 4, False), (4, 4, False)),
+                                                                     keep=True)
+    return out

@@ -1,0 +1,84 @@
+"""The skinny GEMM kernels compiled for sm_90a on the CPU (CI): the PTX says what we meant."""
+
+import re
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from foxcute.kernels import _cute, gemm  # noqa: E402
+
+TF32_MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+# Operands stream through cp.async, 16 bytes a copy (4 where a row is not whole float4s).
+LOAD_128 = r"cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], 16"
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    return {name: f.__ptx__ for name, f in gemm.compiled_for_ci().items()}
+
+
+def test_every_variant_compiled_for_hopper(ptx):
+    want = {f"matmul_{e}_{p}" for e in gemm.EPILOGUES for p in gemm.PRECISIONS}
+    want |= {f"weight_grad_{p}" for p in gemm.PRECISIONS} | {f"weight_grad_pair_{p}" for p in gemm.PRECISIONS}
+    assert set(ptx) == want
+    for name, text in ptx.items():
+        assert ".target sm_90a" in text, name
+
+
+def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
+    for name, text in ptx.items():
+        if name.endswith("tf32"):
+            assert TF32_MMA in text, name
+            assert "cvt.rna.tf32.f32" in text, name  # round, not truncate, to TF32
+        else:
+            assert "mma.sync" not in text, name
+            assert re.search(r"\bfma\.rn\.f32", text), name
+
+
+def test_operands_stream_with_128_bit_copies_and_nothing_spills_to_local(ptx):
+    for name, text in ptx.items():
+        assert re.search(LOAD_128, text), name
+        assert "ld.local" not in text and "st.local" not in text, name
+
+
+def test_weight_grad_only_atomic_is_the_integer_ticket(ptx):
+    for p in gemm.PRECISIONS:
+        atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_{p}"])
+        assert atomics == ["atom.global.acq_rel.add.u32"], atomics
+        # The pair: one ticket per problem's branch.
+        atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_pair_{p}"])
+        assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
+
+
+def test_scalar_load_variant_for_odd_k():
+    text = gemm._compile_matmul("none", "tf32", 8, 1, keep=True).__ptx__
+    assert TF32_MMA in text and not re.search(LOAD_128, text)
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4", text)
+
+
+def test_widest_tile_keeps_accumulators_in_registers():
+    report = _cute.ptxas_report(*gemm.matmul_compile_args("none", "fp32", 128, 4))
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+
+
+@pytest.fixture(scope="module")
+def row_pass_ptx():
+    from foxcute.kernels import curiosity
+
+    return {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
+
+
+def test_curiosity_row_pass(row_pass_ptx):
+    tf32, fp32 = row_pass_ptx["row_pass_tf32"], row_pass_ptx["row_pass_fp32"]
+    # Per warp (16 rows x 64 columns of a 128-column tile) and chunk step: 8 column blocks x
+    # 4 k-steps = 32 MMAs; z (which decides the relu mask) as 3xTF32: 3 x 32, then 2 x 32
+    # (pred, two column tiles), 32 (dh) and 2 x 32 (ds) in the unrolled chunk loops.
+    assert tf32.count(TF32_MMA) == 3 * 32 + 2 * 32 + 32 + 2 * 32
+    assert "mma.sync" not in fp32 and re.search(r"\bfma\.rn\.f64", fp32)  # fp32 mode: z in float64
+    for text in (tf32, fp32):
+        assert ".target sm_90a" in text
+        assert re.search(LOAD_128, text)
+        assert "ld.local" not in text and "st.local" not in text
+        assert not re.search(r"\b(atom|red)\.", text)
+

@@ -1,0 +1,151 @@
+"""The skinny GEMM kernels on the H200: every epilogue and the weight gradient against float64
+NumPy at shapes that are multiples of no tile, both precisions, deterministic, graph-capturable."""
+
+import numpy as np
+import pytest
+
+from foxcute import FoxcuteInputError
+from foxcute.checks import TOLERANCE, rel_err
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+gemm = pytest.importorskip("foxcute.kernels.gemm")
+
+# (M, N, K): batch 1, tails everywhere, K not a multiple of 4 (scalar loads), the widest sizes.
+SHAPES = [(1, 1, 1), (7, 5, 3), (8191, 33, 100), (65537, 16, 256), (1000, 512, 512), (300, 130, 37)]
+
+
+def reference_matmul(a, b_t, epilogue, bias, v, c0):
+    c = a.astype(np.float64) @ b_t.astype(np.float64).T
+    if epilogue == "none":
+        return c
+    c = c + bias
+    if epilogue == "bias_relu":
+        return np.maximum(c, 0.0)
+    if epilogue == "sigmoid":
+        return 0.5 * (1.0 + np.tanh(0.5 * c))
+    return np.maximum(c, 0.0) @ v + c0
+
+
+def random_inputs(rng, m, n, k):
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b_t = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    v = rng.standard_normal(n, dtype=np.float32)
+    return a, b_t, bias, v
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+@pytest.mark.parametrize("epilogue", gemm.EPILOGUES)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_matmul_matches_float64(rng, m, n, k, epilogue, precision):
+    a, b_t, bias, v = random_inputs(rng, m, n, k)
+    out = gemm.matmul(cp.asarray(a), cp.asarray(b_t), epilogue=epilogue, bias=cp.asarray(bias),
+                      v=cp.asarray(v), c0=0.25, precision=precision)
+    ref = reference_matmul(a, b_t, epilogue, bias, v, 0.25)
+    assert out.shape == ref.shape and out.dtype == np.float32
+    assert rel_err(out, ref) <= TOLERANCE[precision]
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_weight_grad_matches_float64(rng, m, n, k, precision):
+    dy = rng.standard_normal((m, n), dtype=np.float32)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    dw, db = gemm.weight_grad(cp.asarray(dy), cp.asarray(x), precision=precision)
+    assert dw.shape == (n, k) and db.shape == (n,)
+    assert rel_err(dw, dy.astype(np.float64).T @ x) <= TOLERANCE[precision]
+    assert rel_err(db, dy.astype(np.float64).sum(0)) <= 1e-6
+    only_dw = gemm.weight_grad(cp.asarray(dy), cp.asarray(x), with_bias=False, precision=precision)
+    assert cp.array_equal(only_dw, dw)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+def test_two_weight_grads_in_one_launch(rng, precision):
+    # Curiosity's pair: dW2 = dpred^T hid and dW1[:, :F] = dz^T s written into a wider
+    # [H, F + A] gradient (rows F + A apart), neither with a bias gradient.
+    m, f, h, a = 8191, 256, 128, 3
+    dpred, hid = rng.standard_normal((m, f), dtype=np.float32), rng.standard_normal((m, h), dtype=np.float32)
+    dz, s = rng.standard_normal((m, h), dtype=np.float32), rng.standard_normal((m, f), dtype=np.float32)
+    dW2 = cp.full((f, h), np.nan, np.float32)
+    dW1 = cp.full((h, f + a), np.nan, np.float32)
+    gemm.weight_grads_into([(cp.asarray(dpred), cp.asarray(hid), dW2, h, None),
+                            (cp.asarray(dz), cp.asarray(s), dW1, f + a, None)], precision)
+    assert rel_err(dW2, dpred.astype(np.float64).T @ hid) <= TOLERANCE[precision]
+    assert rel_err(dW1[:, :f], dz.astype(np.float64).T @ s) <= TOLERANCE[precision]
+    assert bool(cp.isnan(dW1[:, f:]).all())  # the action columns are not touched
+
+
+def test_every_row_and_column_lands_once():
+    # Small integers are exact in TF32 and in float32 sums: a dropped, doubled or misplaced
+    # row/column shows up as an exact mismatch.
+    m, n, k = 4099, 37, 44
+    a = (np.arange(m)[:, None] % 5 + np.arange(k)[None, :] % 3).astype(np.float32)
+    b_t = (np.arange(n)[:, None] % 7 - np.arange(k)[None, :] % 2).astype(np.float32)
+    out = gemm.matmul(cp.asarray(a), cp.asarray(b_t)).get()
+    np.testing.assert_array_equal(out, (a.astype(np.float64) @ b_t.T).astype(np.float32))
+    dw, db = gemm.weight_grad(cp.asarray(a[:, :n]), cp.asarray(a))
+    np.testing.assert_array_equal(dw.get(), (a[:, :n].astype(np.float64).T @ a).astype(np.float32))
+    np.testing.assert_array_equal(db.get(), a[:, :n].astype(np.float64).sum(0).astype(np.float32))
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+def test_bit_identical_over_10_runs(rng, precision):
+    dy = cp.asarray(rng.standard_normal((65536, 128), dtype=np.float32))
+    x = cp.asarray(rng.standard_normal((65536, 256), dtype=np.float32))
+    first = [g.get() for g in gemm.weight_grad(dy, x, precision=precision)]
+    first_mm = gemm.matmul(x, x[:128], epilogue="row_dot", bias=dy[0], v=dy[1], precision=precision).get()
+    for _ in range(9):
+        again = gemm.weight_grad(dy, x, precision=precision)
+        assert all(np.array_equal(g.get(), f) for g, f in zip(again, first))
+        mm = gemm.matmul(x, x[:128], epilogue="row_dot", bias=dy[0], v=dy[1], precision=precision)
+        assert np.array_equal(mm.get(), first_mm)
+
+
+def test_torch_cuda_graph_replay_updates_outputs():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(8192, 256, device="cuda")
+    w = torch.randn(128, 256, device="cuda") / 16
+    bias = torch.randn(128, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile and warm outside the capture
+        gemm.matmul(a, w, epilogue="bias_relu", bias=bias)
+        gemm.weight_grad(a[:, :128].contiguous(), a)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        hid = gemm.matmul(a, w, epilogue="bias_relu", bias=bias)
+        dw, db = gemm.weight_grad(a[:, :128].contiguous(), a)
+    for _ in range(3):
+        a.copy_(torch.randn_like(a))
+        graph.replay()
+        torch.cuda.synchronize()
+        ad = a.double()
+        assert rel_err(hid, torch.relu(ad @ w.double().T + bias.double())) <= TOLERANCE["tf32"]
+        assert rel_err(dw, ad[:, :128].T @ ad) <= TOLERANCE["tf32"]
+        assert rel_err(db, ad[:, :128].sum(0)) <= 1e-6
+
+
+def test_torch_tensors_round_trip():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(1001, 64, device="cuda")
+    w = torch.randn(24, 64, device="cuda")
+    out = gemm.matmul(a, w, precision="fp32")
+    assert isinstance(out, torch.Tensor) and out.device == a.device
+    assert rel_err(out, a.double() @ w.double().T) <= TOLERANCE["fp32"]
+
+
+def test_rejects_bad_arguments_before_launch():
+    a = cp.ones((10, 8), np.float32)
+    with pytest.raises(FoxcuteInputError, match="N=513"):
+        gemm.matmul(a, cp.ones((513, 8), np.float32))
+    with pytest.raises(FoxcuteInputError, match="K=600"):
+        gemm.weight_grad(a, cp.ones((10, 600), np.float32))
+    with pytest.raises(FoxcuteInputError, match="'B_t'.*K=9"):
+        gemm.matmul(a, cp.ones((4, 9), np.float32))
+    with pytest.raises(FoxcuteInputError, match="'bias'"):
+        gemm.matmul(a, cp.ones((4, 8), np.float32), epilogue="bias_relu")
+    with pytest.raises(FoxcuteInputError, match="float32"):
+        gemm.matmul(a.astype(np.float64), cp.ones((4, 8), np.float32))
