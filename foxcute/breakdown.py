@@ -177,8 +177,9 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
                  reference: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The headline: one record per implementation of the whole step (layer "step", pass
     "step", params the StepSizes and precision), in the profiling notebook's schema, with
-    rel_err the worst over the step's outputs against the float64 reference and "timing"
-    saying how it was timed. A failing implementation gets an "error" instead of a time.
+    rel_err the worst over the step's outputs against the float64 reference (that output's
+    name in "worst_output") and "timing" saying how it was timed. A failing implementation
+    gets an "error" instead of a time.
 
     cute: straight through the kernel modules, captured in one CUDA graph, replays timed
     (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run.
@@ -199,7 +200,9 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
         try:
             fn, graph = _step_function(name, device, precision, impl)
             outputs = fn()
-            row["rel_err"] = max(rel_err(outputs[k], reference[k]) for k in reference)
+            errors = {k: rel_err(outputs[k], reference[k]) for k in reference}
+            row["worst_output"] = max(errors, key=errors.get)
+            row["rel_err"] = errors[row["worst_output"]]
             if graph:
                 timing.check_graph_replay(lambda: list(fn().values()), library="torch")
             settings = (dict(warmup=0, reps=naive_reps, calls_per_rep=1) if name == "naive"

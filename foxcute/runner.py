@@ -219,12 +219,14 @@ def merge_results(run_dir: Path, prov: dict[str, Any]) -> dict[str, Any]:
     merged_prov.setdefault("copy_bandwidth_TBps", None)
     records: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
+    targets: list[dict[str, Any]] = []
     for path in sorted(run_dir.glob("results_*.json")):
         part = json.loads(path.read_text())
         records.extend(part.get("records", []))
         checks.extend(part.get("checks", []))
+        targets.extend(part.get("targets", []))
         merged_prov.update(part.get("provenance", {}))
-    return {"provenance": merged_prov, "records": records, "checks": checks}
+    return {"provenance": merged_prov, "records": records, "checks": checks, "targets": targets}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -261,6 +263,12 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
             err = f"error: {r['error'].split(':')[0]}" if r.get("error") else _fmt(r.get("rel_err"))
             lines.append(f"| {r['layer']} | {r['pass']} | {r['impl']} | {params} | {_fmt(r.get('time_us'))} "
                          f"| {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {err} |")
+    if results.get("targets"):
+        met = sum(1 for t in results["targets"] if t["met"])
+        lines += ["", "## Performance targets (measured, not asserted)", "",
+                  f"{met} of {len(results['targets'])} met.", "",
+                  "| target | measured | met |", "|---|---|---|"]
+        lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'NO'} |" for t in results["targets"]]
     if results["checks"]:
         failed = [c for c in results["checks"] if not c.get("ok")]
         lines += ["", "## Checks", "", f"{len(results['checks'])} checks, {len(failed)} failed."]
@@ -388,7 +396,8 @@ def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
                 "provenance": results["provenance"]}
     (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     (run_dir / "results.json").write_text(json.dumps(
-        {"provenance": results["provenance"], "records": results["records"]}, indent=2) + "\n")
+        {"provenance": results["provenance"], "records": results["records"],
+         "targets": results["targets"]}, indent=2) + "\n")
     (run_dir / "summary.md").write_text(summary_markdown(run_dir.name, manifest, results))
     write_index(out_dir)
     failed = [e["name"] for e in entries if e["status"] != "ok"]

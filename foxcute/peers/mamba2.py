@@ -26,7 +26,9 @@ def backward(dout, h_hist, h, W_A, W_B, W_C, w, sigma, *, forward_fn: Callable =
     """(dW_A, dW_B, dW_C, dw, dsigma [1], dh_hist, dh): the gradients of sum(dout * out), in
     the order foxcute.mamba2.backward returns them."""
     with torch.enable_grad():
-        sigma_t = torch.as_tensor(sigma, dtype=h.dtype, device=h.device).reshape(())
+        # torch.full, not as_tensor: a host-to-device copy may not be captured in a CUDA graph
+        sigma_t = (sigma.reshape(()) if torch.is_tensor(sigma)
+                   else torch.full((), float(sigma), dtype=h.dtype, device=h.device))
         leaves = [t.detach().requires_grad_() for t in (W_A, W_B, W_C, w, sigma_t, h_hist, h)]
         W_A_, W_B_, W_C_, w_, sigma_, h_hist_, h_ = leaves
         out = forward_fn(h_hist_, h_, W_A_, W_B_, W_C_, w_, sigma_)
