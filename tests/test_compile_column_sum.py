@@ -8,7 +8,7 @@ pytest.importorskip("cutlass")
 
 from foxcute.kernels import _cute, column_sum  # noqa: E402
 
-WIDTHS = (1, 3, 7, 128, 4096)
+WIDTHS = (1, 3, 7, 128, 2052, 4096)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_only_atomic_is_the_integer_ticket(ptx, n):
     assert re.search(r"atom\.global\.acq_rel\.add\.u32", ptx[n])
 
 
-@pytest.mark.parametrize("n", (3, 128, 4096))
+@pytest.mark.parametrize("n", (3, 128, 2052, 4095, 4096))
 def test_no_register_spills(n):
     report = _cute.ptxas_report(column_sum.ColumnSum(n), *column_sum.compile_args())
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report

@@ -26,7 +26,7 @@ def test_matches_float64_reference(rng, m, n):
     assert rel_err(out, ref) <= 1e-6
 
 
-@pytest.mark.parametrize("n", [3, 128, 4095])
+@pytest.mark.parametrize("n", [3, 128, 1028, 2052, 4095, 4096])
 def test_every_tail_row_and_column_counts(n):
     # Small integers, so float32 sums are exact: a dropped or doubled row or a misplaced
     # column shows up as an exact mismatch; M = 4k+3 exercises the pack tail.
@@ -36,6 +36,13 @@ def test_every_tail_row_and_column_counts(n):
     g = (rows * cols).astype(np.float32)
     out = foxcute.column_sum(cp.asarray(g), backend="cute").get()
     np.testing.assert_array_equal(out, g.astype(np.float64).sum(0).astype(np.float32))
+
+
+@pytest.mark.parametrize("m, n", [(264, 4096), (7, 1028), (33, 2052)])
+def test_short_wide_inputs_use_column_slices(rng, m, n):
+    # The per-CTA weight-gradient partials of the other kernels have this shape.
+    g = rng.standard_normal((m, n), dtype=np.float32)
+    assert rel_err(foxcute.column_sum(cp.asarray(g), backend="cute"), foxcute.column_sum(g)) <= 1e-6
 
 
 def test_bit_identical_over_20_runs(rng):

@@ -37,6 +37,7 @@ MAX_VECS_PER_THREAD = 2  # with Kahan compensation, 4 floats of state per float4
 CTAS_PER_SM = 4
 LOADS_IN_FLIGHT = 8  # float4 loads per thread per step
 TICKET_SLOTS = 1024  # launches that may be in flight at once on one device
+TICKETS_PER_SLOT = 4  # one per column slice: N <= 4096 gives at most 4 slices of 256 float4
 MAX_ELEMENTS = 2**31 - 1  # CuTe layouts index with 32-bit integers
 
 
@@ -46,11 +47,18 @@ class ColumnSum:
         self.pack = 1 if n % 4 == 0 else (2 if n % 2 == 0 else 4)
         self.width = self.pack * n  # floats per packed row
         self.vecs = self.width // 4  # float4 vectors per packed row
+        # Rows of whole vectors (pack 1) wider than one CTA's 256 threads are cut into column
+        # slices, one per grid column, each with its own ticket and final sum: short, wide
+        # inputs (per-CTA weight-gradient partials, [264, 4096]) then finish on several CTAs
+        # instead of one (17.8 us per [264, 4096] call on the H200 with one).
+        self.slices = -(-self.vecs // 256) if self.pack == 1 else 1
         # 256 threads; more where a packed row has over 1024 vectors (1024 threads at N = 4095)
-        self.threads = max(256, min(1024, 32 * -(-self.vecs // (32 * MAX_VECS_PER_THREAD))))
+        self.threads = 256 if self.slices > 1 else \
+            max(256, min(1024, 32 * -(-self.vecs // (32 * MAX_VECS_PER_THREAD))))
         self.cols = min(self.vecs, self.threads)
         self.rows = self.threads // self.cols
-        self.vecs_per_thread = -(-self.vecs // self.cols)
+        self.vecs_per_thread = 1 if self.slices > 1 else -(-self.vecs // self.cols)
+        assert self.slices <= TICKETS_PER_SLOT, n
         self.unroll = max(1, loads_in_flight // self.vecs_per_thread)  # packed rows per step
         # Pairwise fold of the thread rows: halves 2^k < rows, ..., 2, 1.
         self.fold_halves = [1 << k for k in reversed(range((self.rows - 1).bit_length()))]
@@ -67,15 +75,16 @@ class ColumnSum:
                                                             stride=(self.width, 4, 1)))
         mTotal = cute.make_tensor(work_ptr + num_ctas * self.width, cute.make_layout((self.width, 1)))
         mOut = cute.make_tensor(out_ptr, cute.make_layout(self.n))
-        mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(1))
+        mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(self.slices))
         self.kernel(mG, mRows, mWork, mTotal, mOut, mTicket, m, num_ctas).launch(
-            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
+            grid=[num_ctas, self.slices, 1], block=[self.threads, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mG: cute.Tensor, mRows: cute.Tensor, mWork: cute.Tensor, mTotal: cute.Tensor,
                mOut: cute.Tensor, mTicket: cute.Tensor, m: Int32, num_ctas: Int32):
         tid, _, _ = cute.arch.thread_idx()
-        cta, _, _ = cute.arch.block_idx()
+        cta, column_slice, _ = cute.arch.block_idx()
+        first_vec = column_slice * self.cols  # this CTA's slice of vectors (0 with one slice)
         smem = cutlass.memory.SmemAllocator()
         # Per-thread-row partials, needed only when several thread rows share a CTA.
         sHigh = sLow = None
@@ -86,21 +95,25 @@ class ColumnSum:
         sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
 
         # Phase 1: this CTA's share of G -> one packed row of partial sums in mWork[cta].
-        self.sum_rows(mG, mG.shape[0], cta, num_ctas, tid, sHigh, sLow, mWork, cta)
+        self.sum_rows(mG, mG.shape[0], cta, num_ctas, tid, first_vec, sHigh, sLow, mWork, cta)
 
         # Publish the partials, then take a ticket; the CTA that draws the last one finishes.
         cute.arch.fence_acq_rel_gpu()
         cute.arch.sync_threads()
         if tid == 0:
-            sTicket[0] = cute.arch.atomic_add(mTicket.iterator, Int32(1), sem="acq_rel", scope="gpu")
+            sTicket[0] = cute.arch.atomic_add(mTicket.iterator + column_slice, Int32(1), sem="acq_rel",
+                                              scope="gpu")
         cute.arch.sync_threads()
         if sTicket[0] == num_ctas - 1:
             cute.arch.fence_acq_rel_gpu()
             # Phase 2: the CTAs' partials, summed in CTA order by the same code, -> mWork[num_ctas].
-            self.sum_rows(mWork, num_ctas, 0, 1, tid, sHigh, sLow, mWork, num_ctas)
+            self.sum_rows(mWork, num_ctas, 0, 1, tid, first_vec, sHigh, sLow, mWork, num_ctas)
             cute.arch.sync_threads()
             tail_start = (m // self.pack) * self.pack
-            for col in cutlass.range(tid, self.n, self.threads, unroll=1):
+            # The slice's columns (all of them with one slice, where the pack fold may reach
+            # across the packed row).
+            last_col = cutlass.min(4 * (first_vec + self.cols * self.vecs_per_thread), self.n)
+            for col in cutlass.range(4 * first_vec + tid, last_col, self.threads, unroll=1):
                 total = cute.make_rmem_tensor((1, 1), Float32)
                 total_comp = cute.make_rmem_tensor((1, 1), Float32)
                 total.fill(0.0)
@@ -111,7 +124,7 @@ class ColumnSum:
                     self.kahan_add(total, total_comp, 0, mRows[row, col, None].load())
                 mOut[col] = total[0, 0]
             if tid == 0:
-                mTicket[0] = Int32(0)  # ready for the next launch (and graph replay)
+                mTicket[column_slice] = Int32(0)  # ready for the next launch (and graph replay)
 
     @cute.jit
     def kahan_add(self, acc: cute.Tensor, comp: cute.Tensor, g: int, x: cute.TensorSSA):
@@ -127,7 +140,8 @@ class ColumnSum:
 
     @cute.jit
     def sum_rows(self, mSrc: cute.Tensor, num_rows: Int32, first_group: Int32, group_stride: Int32,
-                 tid: Int32, sHigh: cute.Tensor, sLow: cute.Tensor, mDst: cute.Tensor, dst_row: Int32):
+                 tid: Int32, first_vec: Int32, sHigh: cute.Tensor, sLow: cute.Tensor, mDst: cute.Tensor,
+                 dst_row: Int32):
         """Sum packed rows first_group*rows + r, stepping group_stride*rows, of mSrc into
         mDst[dst_row]; thread (r, c) = divmod(tid, cols) adds float4 columns c, c+cols, ..."""
         r = tid // self.cols
@@ -145,7 +159,7 @@ class ColumnSum:
             batch = cute.make_rmem_tensor((self.unroll, self.vecs_per_thread, 4), Float32)
             for u in cutlass.range_constexpr(self.unroll):
                 for g in cutlass.range_constexpr(self.vecs_per_thread):
-                    v = c + g * self.cols
+                    v = first_vec + c + g * self.cols
                     if base + u * step < num_rows and v < self.vecs:
                         batch[u, g, None].store(mSrc[base + u * step, v, None].load())
                     else:
@@ -156,7 +170,7 @@ class ColumnSum:
         # A thread's sum is acc - comp (Kahan's comp holds the negated low part).
         if cutlass.const_expr(self.rows == 1):
             for g in cutlass.range_constexpr(self.vecs_per_thread):
-                v = c + g * self.cols
+                v = first_vec + c + g * self.cols
                 if v < self.vecs:
                     mDst[dst_row, v, None].store(acc[g, None].load() - comp[g, None].load())
         else:
@@ -168,8 +182,8 @@ class ColumnSum:
             if r < self.rows:
                 sHigh[r, c, None].store(acc[0, None].load())
                 sLow[r, c, None].store(-comp[0, None].load())
-            for step in cutlass.range_constexpr(len(self.fold_halves)):
-                half = self.fold_halves[step]
+            for level in cutlass.range_constexpr(len(self.fold_halves)):
+                half = self.fold_halves[level]
                 cute.arch.sync_threads()
                 if r < half and r + half < self.rows:
                     a = sHigh[r, c, None].load()
@@ -181,7 +195,7 @@ class ColumnSum:
                     sLow[r, c, None].store(sLow[r, c, None].load() + sLow[r + half, c, None].load() + err)
             cute.arch.sync_threads()
             if r == 0:
-                mDst[dst_row, c, None].store(sHigh[0, c, None].load() + sLow[0, c, None].load())
+                mDst[dst_row, first_vec + c, None].store(sHigh[0, c, None].load() + sLow[0, c, None].load())
 
 
 _compiled = _cute.CompiledCache()
@@ -202,8 +216,9 @@ def check_sizes(chk: _arrays.Checker) -> None:
 
 
 def grid_size(kernel: ColumnSum, m: int, sms: int, ctas_per_sm: int = CTAS_PER_SM) -> int:
+    """CTAs along the rows (each column slice gets as many)."""
     groups = -(-(m // kernel.pack) // kernel.rows)  # packed-row groups of one CTA step
-    return max(1, min(ctas_per_sm * sms, -(-groups // kernel.unroll)))
+    return max(1, min(ctas_per_sm * sms // kernel.slices, -(-groups // kernel.unroll)))
 
 
 _ticket_pools: dict[tuple, list] = {}
@@ -221,12 +236,12 @@ def _ticket(G: Any) -> Any:
             raise RuntimeError("foxcute.column_sum: the first call on a device cannot be inside "
                                "CUDA graph capture (it allocates its ticket pool); call it once "
                                "before capturing, as torch.cuda.graph's warm-up does")
-        tickets = _arrays.zeros(G, (4 * TICKET_SLOTS,), "int32")
+        tickets = _arrays.zeros(G, (TICKETS_PER_SLOT * TICKET_SLOTS,), "int32")
         _cute.synchronize(G)  # the pool must be zero before a launch on any stream reads it
         pool = _ticket_pools[key] = [tickets, 0]
     tickets, slot = pool
     pool[1] = (slot + 1) % TICKET_SLOTS
-    return tickets[4 * slot: 4 * slot + 1]
+    return tickets[TICKETS_PER_SLOT * slot: TICKETS_PER_SLOT * (slot + 1)]
 
 
 def column_sum(G: Any, out: Any = None) -> Any:
