@@ -1,0 +1,50 @@
+"""Every GPU kernel once, at small odd sizes, for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck  python -m foxcute.sanitize
+    compute-sanitizer --tool racecheck python -m foxcute.sanitize
+
+Each layer pass of foxcute.benchmarks.CASES runs through its public function on every GPU
+backend, implementation and precision at the case's odd sizes (tiles cut off at every edge),
+and its outputs are compared with the float64 reference, so a kernel that reads or writes out
+of bounds, races, or computes wrongly is reported. Exits non-zero on a wrong result.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from . import benchmarks
+from .checks import TOLERANCE, rel_err
+
+
+def variants(case: benchmarks.Case, backend: str) -> list[dict[str, str]]:
+    impls = [{}]
+    if case.layer == "mamba2" and backend == "cute":
+        impls = [{"impl": impl} for impl in benchmarks.mamba2.IMPLS]
+    precisions = [{}] if case.layer == "column_sum" or backend == "naive" else \
+        [{"precision": p} for p in ("tf32", "fp32")]
+    return [{**i, **p} for i in impls for p in precisions]
+
+
+def main() -> int:
+    rng = np.random.default_rng(0)
+    failures = 0
+    for case in benchmarks.CASES:
+        inputs = case.make(rng, case.odd_sizes)
+        reference = benchmarks.reference(case, inputs)
+        device_inputs = benchmarks.to_device(inputs)
+        for backend in benchmarks.offered_backends(case.layer)[1:]:
+            for options in variants(case, backend):
+                outputs = benchmarks.call_layer(case, device_inputs, backend=backend, **options)
+                worst = max(rel_err(o, r) for o, r in zip(outputs, reference))
+                ok = worst <= TOLERANCE[options.get("precision", "fp32")]
+                failures += not ok
+                print(f"{case.name:28s} {backend:6s} {options!s:40s} rel_err {worst:.1e} {'ok' if ok else 'WRONG'}",
+                      flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
