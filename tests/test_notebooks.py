@@ -56,3 +56,9 @@ def test_cpu_preset_end_to_end(tmp_path):
         assert RECORD_KEYS <= set(record)
     assert (run_dir / "summary.md").read_text().count("| ok |") == len(NOTEBOOKS)
     assert (tmp_path / "README.md").exists()
+    for path in NOTEBOOKS:  # interactive-only cells stay out of headless runs
+        executed = nbformat.read(run_dir / path.name, as_version=4)
+        skipped = [c for c in executed.cells if "skip-execution" in c.metadata.get("tags", [])]
+        assert all(not c.get("outputs") and c.get("execution_count") is None for c in skipped), path.name
+    tour = nbformat.read(run_dir / "00_tour.ipynb", as_version=4)
+    assert any("skip-execution" in c.metadata.get("tags", []) for c in tour.cells)
