@@ -589,6 +589,10 @@ class FusedBackward(_TileCopies):
                 for t in cutlass.range_constexpr(K):
                     xs[t] = x
                     x = sigma * _sigmoid(sAU[bs * K + t, s]) * x + sAU[bs * K + t, D + s]
+                if const_expr(p == self.pairs - 1 and Bt * D % THREADS != 0):
+                    # lanes past the tile read sample Bt-1's a|u, which that sample's own lanes
+                    # (all in this last pass) overwrite with da|du below: all reads before any write
+                    cute.arch.barrier()
                 c = c_acc[p]
                 ctx = cute.arch.warp_reduction(c * x, operator.add, threads_in_group=D) * Float32(1.0 / D)
                 dctx = cute.arch.warp_reduction(dctx_acc[p], operator.add, threads_in_group=D)
