@@ -330,6 +330,12 @@ def headline_markdown(run_dir: Path) -> str:
         cells = [_fmt(case["times"].get(i)) for i in impls]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_fmt(case['floor'])} | {_fmt(ratio)} "
                      f"| {_fmt(speedup)} |")
+    targets = results.get("targets", [])
+    if targets:
+        met = sum(1 for t in targets if t["met"])
+        lines += ["", f"The issues' performance targets, as measured in that run ({met} of {len(targets)} met):", "",
+                  "| target | measured | met |", "|---|---|---|"]
+        lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |" for t in targets]
     return "\n".join(lines) + "\n"
 
 

@@ -174,7 +174,9 @@ def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
         prov = {"utc": name, "gpu": gpu, "git_commit": "abc123", "copy_bandwidth_TBps": 4.25}
         (folder / "manifest.json").write_text(json.dumps(
             {"preset": "h200", "notebooks": [{"name": "03_profiling", "status": "ok"}], "provenance": prov}))
-        (folder / "results.json").write_text(json.dumps({"provenance": prov, "records": records}))
+        targets = [{"target": "column_sum N=3 cute <= 5 us", "measured": "4 us", "met": True}] if gpu else []
+        (folder / "results.json").write_text(json.dumps({"provenance": prov, "records": records,
+                                                         "targets": targets}))
 
     rec = lambda impl, t: {"layer": "column_sum", "pass": "forward", "impl": impl,  # noqa: E731
                            "params": {"N": 3, "variant": "N=3"}, "time_us": t, "floor_us": 2.0}
@@ -188,3 +190,4 @@ def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| column_sum forward (N=3)"))
     assert row.split("|")[1:-1] == [" column_sum forward (N=3) ", " 900 ", " 4 ", " 8 ", " 2 ", " 2 ", " 225 "]
     assert "2026a_gpu" in text
+    assert "| column_sum N=3 cute <= 5 us | 4 us | yes |" in text and "(1 of 1 met)" in text
