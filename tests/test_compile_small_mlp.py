@@ -52,17 +52,6 @@ def test_every_kernel_and_precision_is_compiled(ptx):
     assert "kan_grad_reduce" in ptx
 
 
-def test_targets_hopper(ptx):
-    for name, text in ptx.items():
-        assert ".target sm_90a" in text, name
-
-
-def test_no_local_memory(ptx):
-    # Register arrays indexed at run time, or spills, would show up as local loads/stores.
-    for name, text in ptx.items():
-        assert not re.search(r"\b(ld|st)\.local", text), name
-
-
 def test_no_atomics(ptx):
     # Batch reductions go through per-CTA partials and column_sum: bit-identical runs.
     for name, text in ptx.items():

@@ -1,0 +1,35 @@
+"""What every CuTe kernel's PTX must show, checked once for all kernel modules (CI, no GPU):
+compiled for Hopper (sm_90a), no local memory (a register array indexed at run time, or a
+spill the PTX already makes), and no float atomics (batch reductions are fixed-order). Each
+module's own test file checks what is particular to it (MMA instructions, load widths, ...)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+import foxcute.kernels  # noqa: E402
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(foxcute.kernels.__path__) if not m.name.startswith("_"))
+
+
+def test_every_kernel_module_is_covered():
+    assert {"column_sum", "mamba2", "gemm", "q_denoise", "kan", "curiosity", "risk_budget"} <= set(MODULES)
+    assert {f"naive_{layer}" for layer in ("column_sum", "mamba2", "q_denoise", "kan", "curiosity",
+                                           "risk_budget")} <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_hopper_target_no_local_memory_no_float_atomics(module):
+    compiled = importlib.import_module(f"foxcute.kernels.{module}").compiled_for_ci()
+    assert compiled, module
+    for name, fn in compiled.items():
+        ptx = fn.__ptx__
+        assert ".target sm_90a" in ptx, name
+        assert not re.search(r"\b(ld|st)\.local", ptx), name
+        assert not re.search(r"\b(atom|red)\.[\w.]*\.f(16|32|64)\b", ptx), name
