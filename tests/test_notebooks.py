@@ -62,3 +62,15 @@ def test_cpu_preset_end_to_end(tmp_path):
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in skipped), path.name
     tour = nbformat.read(run_dir / "00_tour.ipynb", as_version=4)
     assert any("skip-execution" in c.metadata.get("tags", []) for c in tour.cells)
+
+
+def test_environment_offers_the_python3_kernel_the_notebooks_name():
+    # `jupyter lab` from this environment (the one `make run` builds) runs the notebooks on
+    # its own interpreter: kernelspec python3 ships with ipykernel inside the environment.
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    assert spec.argv[0] in ("python", "python3", sys.executable)
+    assert spec.resource_dir.startswith(sys.prefix)
+    for path in NOTEBOOKS:
+        assert nbformat.read(path, as_version=4).metadata["kernelspec"]["name"] == "python3", path.name
