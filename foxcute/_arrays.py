@@ -62,11 +62,13 @@ def _is_c_contiguous(x: Any, kind: str) -> bool:
     return x.flags.c_contiguous
 
 
-def _data_ptr(x: Any, kind: str) -> int:
+def data_ptr(x: Any, kind: str) -> int:
+    """Device address of a cupy array or torch tensor (kind from array_kind)."""
     return x.data_ptr() if kind == "torch" else x.data.ptr
 
 
-def _device_id(x: Any, kind: str) -> int | None:
+def device_id(x: Any, kind: str) -> int | None:
+    """CUDA device index of a GPU array; None for NumPy or a CPU tensor."""
     if kind == "numpy":
         return None
     if kind == "cupy":
@@ -98,18 +100,18 @@ class Checker:
     def array(self, name: str, x: Any, shape: Sequence[str | int], *, dtype: str = "float32") -> Any:
         kind = array_kind(x)
         if self.gpu:
-            if kind not in ("cupy", "torch") or _device_id(x, kind) is None:
+            if kind not in ("cupy", "torch") or device_id(x, kind) is None:
                 raise self.fail(name, f"must be a CUDA array (cupy.ndarray or torch CUDA tensor) "
                                       f"for a GPU backend, got {_describe(x)}")
         elif kind != "numpy":
             raise self.fail(name, f"must be a numpy.ndarray for the reference backend, got {_describe(x)}")
         if self.kind is None:
-            self.kind, self.device, self._first = kind, _device_id(x, kind), name
+            self.kind, self.device, self._first = kind, device_id(x, kind), name
         elif kind != self.kind:
             raise self.fail(name, f"is a {kind} array but '{self._first}' is a {self.kind} array; "
                                   f"pass all arrays of one kind")
-        elif _device_id(x, kind) != self.device:
-            raise self.fail(name, f"is on CUDA device {_device_id(x, kind)} but '{self._first}' is on "
+        elif device_id(x, kind) != self.device:
+            raise self.fail(name, f"is on CUDA device {device_id(x, kind)} but '{self._first}' is on "
                                   f"device {self.device}")
         self._check_dtype(name, x, kind, dtype)
         self._check_shape(name, tuple(x.shape), shape)
@@ -117,7 +119,7 @@ class Checker:
             raise self.fail(name, f"must be C-contiguous (row-major, no strides), got strides "
                                   f"{tuple(x.stride()) if kind == 'torch' else x.strides}; "
                                   f"pass a contiguous copy")
-        if self.gpu and _data_ptr(x, kind) % 16:
+        if self.gpu and data_ptr(x, kind) % 16:
             raise self.fail(name, "must start on a 16-byte boundary (the kernels load 128 bits "
                                   "at a time); pass a fresh allocation or a copy")
         return x

@@ -17,6 +17,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_ptr
 
+from .. import _arrays
+
 ARCH = os.environ["CUTE_DSL_ARCH"]
 ALIGN = 16  # bytes; every kernel assumes its arrays start on a 128-bit boundary
 
@@ -57,13 +59,9 @@ def fake_stream() -> cuda.CUstream:
     return cuda.CUstream(0)
 
 
-def data_ptr(x: Any) -> int:
-    """Device address of a cupy array or torch tensor."""
-    return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
-
-
 def gmem_ptr(x: Any, dtype: type = cutlass.Float32) -> cute.Pointer:
-    return make_ptr(dtype, data_ptr(x), cute.AddressSpace.gmem, assumed_align=ALIGN)
+    return make_ptr(dtype, _arrays.data_ptr(x, _arrays.array_kind(x)), cute.AddressSpace.gmem,
+                    assumed_align=ALIGN)
 
 
 def current_stream(x: Any) -> cuda.CUstream:
@@ -76,10 +74,6 @@ def current_stream(x: Any) -> cuda.CUstream:
     import cupy
 
     return cuda.CUstream(cupy.cuda.get_current_stream().ptr)
-
-
-def device_id(x: Any) -> int:
-    return x.device.index if hasattr(x, "data_ptr") else x.device.id
 
 
 def is_capturing(x: Any) -> bool:

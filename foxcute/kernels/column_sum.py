@@ -229,7 +229,8 @@ def _ticket(G: Any) -> Any:
     round robin. The launch's last CTA sets it back to zero, so no memset precedes each
     launch (in a CUDA graph that would be a second node: ~2 us at N = 3). A launch needs its
     slot back only after TICKET_SLOTS further launches on the device."""
-    key = (_arrays.array_kind(G), _cute.device_id(G))
+    kind = _arrays.array_kind(G)
+    key = (kind, _arrays.device_id(G, kind))
     pool = _ticket_pools.get(key)
     if pool is None:
         if _cute.is_capturing(G):
