@@ -1,12 +1,13 @@
 """Every GPU kernel once, at small odd sizes, for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python -m foxcute.sanitize
-    compute-sanitizer --tool racecheck python -m foxcute.sanitize
+    compute-sanitizer --tool racecheck python -m foxcute.sanitize [layer ...]
 
-Each layer pass of foxcute.benchmarks.CASES runs through its public function on every GPU
-backend, implementation and precision at the case's odd sizes (tiles cut off at every edge),
-and its outputs are compared with the float64 reference, so a kernel that reads or writes out
-of bounds, races, or computes wrongly is reported. Exits non-zero on a wrong result.
+Each layer pass of foxcute.benchmarks.CASES (of the named layers, or all) runs through its
+public function on every GPU backend, implementation and precision at the case's odd sizes
+(tiles cut off at every edge), and its outputs are compared with the float64 reference, so a
+kernel that reads or writes out of bounds, races, or computes wrongly is reported. Exits
+non-zero on a wrong result.
 """
 
 from __future__ import annotations
@@ -29,10 +30,17 @@ def variants(case: benchmarks.Case, backend: str) -> list[dict[str, str]]:
     return [{**i, **p} for i in impls for p in precisions]
 
 
-def main() -> int:
+def main(layers: list[str]) -> int:
+    known = {case.layer for case in benchmarks.CASES}
+    unknown = sorted(set(layers) - known)
+    if unknown:
+        print(f"foxcute.sanitize: unknown layer(s) {unknown}; known: {sorted(known)}", file=sys.stderr)
+        return 2
     rng = np.random.default_rng(0)
     failures = 0
     for case in benchmarks.CASES:
+        if layers and case.layer not in layers:
+            continue
         inputs = case.make(rng, case.odd_sizes)
         reference = benchmarks.reference(case, inputs)
         device_inputs = benchmarks.to_device(inputs)
@@ -52,4 +60,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -117,11 +117,12 @@ def test_fused_forward_keeps_everything_in_registers():
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
-def test_fused_backward_fits_two_ctas_per_sm_with_at_most_a_few_spilled_words():
-    # capped at 128 registers (two 256-thread CTAs per SM); ptxas spills a few words for that
+def test_fused_backward_fits_two_ctas_per_sm_without_spills():
+    # capped at 128 registers (two 256-thread CTAs per SM); the partials' old values are
+    # loaded once dh_hist's accumulators are free, so nothing spills at the defaults
     report = _report("fused_backward")
     assert report["registers"] <= 128, report
-    assert report["spill_stores"] <= 64 and report["spill_loads"] <= 64, report
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
 def _checker(B, K, SH2, D):

@@ -45,6 +45,19 @@ def test_short_wide_inputs_use_column_slices(rng, m, n):
     assert rel_err(foxcute.column_sum(cp.asarray(g), backend="cute"), foxcute.column_sum(g)) <= 1e-6
 
 
+@pytest.mark.parametrize("m, n", [(264, 12548), (132, 49668)])
+def test_kernel_partials_wider_than_the_public_limit_in_one_launch(m, n):
+    # Mamba2's fused backward sums its [CTAs, 3*SH2*D + SH2 + 1 rounded up to 4] partials in
+    # one launch of up to 64 column slices (the public column_sum stops at 4096 columns).
+    from foxcute.kernels.column_sum import column_sum
+
+    rows = np.arange(m)[:, None] % 11 + 1
+    cols = np.arange(n)[None, :] % 13 + 1
+    g = (rows * cols).astype(np.float32)  # exact in float32: any slip is an exact mismatch
+    out = column_sum(cp.asarray(g)).get()
+    np.testing.assert_array_equal(out, g.astype(np.float64).sum(0).astype(np.float32))
+
+
 def test_bit_identical_over_20_runs(rng):
     g = cp.asarray(rng.standard_normal((524288, 128), dtype=np.float32))
     first = foxcute.column_sum(g, backend="cute").get()

@@ -37,7 +37,9 @@ MAX_VECS_PER_THREAD = 2  # with Kahan compensation, 4 floats of state per float4
 CTAS_PER_SM = 4
 LOADS_IN_FLIGHT = 8  # float4 loads per thread per step
 TICKET_SLOTS = 1024  # launches that may be in flight at once on one device
-TICKETS_PER_SLOT = 4  # one per column slice: N <= 4096 gives at most 4 slices of 256 float4
+# One ticket per column slice of 256 float4: 4 slices at N = 4096 (the public limit); the
+# kernels' own per-CTA weight-gradient partials (N a multiple of 4) may take up to 64.
+TICKETS_PER_SLOT = 64
 MAX_ELEMENTS = 2**31 - 1  # CuTe layouts index with 32-bit integers
 
 
@@ -49,8 +51,8 @@ class ColumnSum:
         self.vecs = self.width // 4  # float4 vectors per packed row
         # Rows of whole vectors (pack 1) wider than one CTA's 256 threads are cut into column
         # slices, one per grid column, each with its own ticket and final sum: short, wide
-        # inputs (per-CTA weight-gradient partials, [264, 4096]) then finish on several CTAs
-        # instead of one (17.8 us per [264, 4096] call on the H200 with one).
+        # inputs (per-CTA weight-gradient partials, [264, 4096] or [264, 12548]) then finish
+        # on several CTAs instead of one (17.8 us per [264, 4096] call on the H200 with one).
         self.slices = -(-self.vecs // 256) if self.pack == 1 else 1
         # 256 threads; more where a packed row has over 1024 vectors (1024 threads at N = 4095)
         self.threads = 256 if self.slices > 1 else \
@@ -58,7 +60,7 @@ class ColumnSum:
         self.cols = min(self.vecs, self.threads)
         self.rows = self.threads // self.cols
         self.vecs_per_thread = 1 if self.slices > 1 else -(-self.vecs // self.cols)
-        assert self.slices <= TICKETS_PER_SLOT, n
+        assert self.slices <= TICKETS_PER_SLOT, f"{n} columns need {self.slices} tickets"
         self.unroll = max(1, loads_in_flight // self.vecs_per_thread)  # packed rows per step
         # Pairwise fold of the thread rows: halves 2^k < rows, ..., 2, 1.
         self.fold_halves = [1 << k for k in reversed(range((self.rows - 1).bit_length()))]

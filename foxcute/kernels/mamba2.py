@@ -59,7 +59,6 @@ CHUNK = 64  # SH2 columns per main-loop step
 SUPPORTED_D = (8, 16, 32)
 MAX_K = 16
 MAX_SH2 = 512
-PARTIAL_COLS = 4096  # column_sum takes at most this many columns at once
 SMEM_PER_SM = 228 * 1024 - 2 * 1024  # per SM, less 1 KB the driver reserves per CTA
 DEFAULTS = dict(B=8192, K=8, SH2=256, D=16)
 
@@ -256,18 +255,10 @@ class _TileCopies:
                                       regs[None, i])
 
 
-@cute.jit
-def _partial_offset(f: Int32, cta: Int32, num_ctas: Int32, L: cutlass.Constexpr[int]) -> Int32:
-    """Where CTA `cta` keeps weight-gradient entry f (of L) in the partials buffer.
-
-    The buffer is a run of column blocks of at most PARTIAL_COLS columns; block i is a
-    C-contiguous [num_ctas, width_i] array, so column_sum can take each block as it is."""
-    block = f // PARTIAL_COLS
-    col = f - block * PARTIAL_COLS
-    width = Int32(PARTIAL_COLS)
-    if block == (L - 1) // PARTIAL_COLS:
-        width = Int32(L - (L - 1) // PARTIAL_COLS * PARTIAL_COLS)
-    return block * (PARTIAL_COLS * num_ctas) + cta * width + col
+def _partial_width(SH2: int, D: int) -> int:
+    """Columns of the [num_ctas, width] partials array: the weight-gradient entries rounded
+    up to whole float4 vectors, so column_sum sums every column block in one launch."""
+    return -(-_num_weights(SH2, D) // 4) * 4
 
 
 def _num_weights(SH2: int, D: int) -> int:
@@ -441,6 +432,7 @@ class FusedBackward(_TileCopies):
         self.samples = TILE_ROWS // K
         self.pairs = _slots(self.samples * D)
         self.L = _num_weights(SH2, D)
+        self.width = _partial_width(SH2, D)
 
     def ctas_per_sm(self) -> int:
         """Two CTAs per SM where their shared memory fits (registers are then capped at 128)."""
@@ -465,21 +457,27 @@ class FusedBackward(_TileCopies):
         mWB = cute.make_tensor(p_wb, cute.make_layout((SH2, D), stride=(D, 1)))
         mWC = cute.make_tensor(p_wc, cute.make_layout((SH2, D), stride=(D, 1)))
         mw = cute.make_tensor(p_w, cute.make_layout((1, SH2), stride=(SH2, 1)))
-        mP = cute.make_tensor(p_partials, cute.make_layout((num_ctas * self.L,)))
+        mP = cute.make_tensor(p_partials, cute.make_layout((num_ctas, self.width), stride=(self.width, 1)))
         mDHist = cute.make_tensor(p_dhist, cute.make_layout((batch * K, SH2), stride=(SH2, 1)))
         mDH = cute.make_tensor(p_dh, cute.make_layout((batch, SH2), stride=(SH2, 1)))
         self.kernel(mDout, mHist, mH, mWA, mWB, mWC, mw, mP, mDHist, mDH, sigma, batch,
                     num_ctas).launch(grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream,
                                      min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
 
-    @cute.jit
-    def add_partial(self, mP: cute.Tensor, f: Int32, cta: Int32, num_ctas: Int32, value: Float32,
-                    first: cutlass.Boolean):
-        o = _partial_offset(f, cta, num_ctas, self.L)
-        if first:
-            mP[o] = value
-        else:
-            mP[o] = mP[o] + value
+    def chunk_partial(self, coord_dw: cute.Tensor, col0: Int32, tid: Int32, slot: int) -> tuple:
+        """(flat weight-gradient entry, whether this thread owns it; None: every thread does)
+        of a chunk's partial slot `slot` (trace-time Python): the [dW_A|dW_B] accumulator
+        entries, then dW_C, then dw."""
+        D, SH2 = self.D, self.SH2
+        n_ab = cute.size(coord_dw)
+        if slot < n_ab:
+            j, n = coord_dw[slot]
+            # n < D: dW_A[col0 + j, n]; n >= D: dW_B[col0 + j, n - D], SH2 * D entries later
+            return (col0 + j) * D + n + (n // D) * (SH2 * D - D), None
+        if slot < n_ab + _slots(CHUNK * D):
+            idx = tid + (slot - n_ab) * THREADS  # dW_C[col0 + idx // D, idx % D]
+            return 2 * SH2 * D + col0 * D + idx, idx < CHUNK * D
+        return 3 * SH2 * D + col0 + tid, tid < CHUNK  # dw[col0 + tid]
 
     @cute.kernel
     def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
@@ -516,6 +514,10 @@ class FusedBackward(_TileCopies):
         c_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
         dctx_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
         xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
+        coord_dw = thr.partition_C(cute.make_identity_tensor((CHUNK, 2 * D)))
+        n_ab = cute.size(coord_dw)
+        n_slots = n_ab + _slots(CHUNK * D) + 1  # a chunk's partial slots per thread
+        rOld = cute.make_rmem_tensor(cute.make_layout((n_slots,)), Float32)
         dsigma = Float32(0.0)
         slice_k = CHUNK // D  # columns of dout @ w each lane of a sample's D-lane group sums
 
@@ -526,7 +528,6 @@ class FusedBackward(_TileCopies):
 
         num_tiles = (batch + Bt - 1) // Bt
         for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
-            first = tile == cta
             b0 = tile * Bt
             n_samples = cutlass.min(batch - b0, Bt)
             row0 = b0 * K
@@ -643,6 +644,19 @@ class FusedBackward(_TileCopies):
                     if m < n_samples * K:
                         mDHist[row0 + m, col0 + n] = acc_dh[i]
 
+                # The chunk's partials so far, all loaded before the first of them is stored
+                # (a load after a store to the same array cannot be hoisted above it: one L2
+                # round trip each), and after dh_hist, whose accumulators are then free.
+                rOld.fill(0.0)
+                if tile != cta:
+                    for slot in cutlass.range_constexpr(n_slots):
+                        f, owned = self.chunk_partial(coord_dw, col0, tid, slot)
+                        if const_expr(owned is None):
+                            rOld[slot] = mP[cta, f]
+                        else:
+                            if owned:
+                                rOld[slot] = mP[cta, f]
+
                 # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
                 sHistT = cute.make_tensor(
                     cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)).iterator,
@@ -650,13 +664,9 @@ class FusedBackward(_TileCopies):
                 acc_dw = tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D)))
                 acc_dw.fill(0.0)
                 _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32)
-                coord_dw = thr.partition_C(cute.make_identity_tensor((CHUNK, 2 * D)))
-                for i in cutlass.range_constexpr(cute.size(acc_dw)):
-                    j, n = coord_dw[i]
-                    f = (col0 + j) * D + n  # dW_A entries
-                    if n >= D:
-                        f = SH2 * D + (col0 + j) * D + (n - D)  # dW_B entries
-                    self.add_partial(mP, f, cta, num_ctas, acc_dw[i], first)
+                for i in cutlass.range_constexpr(n_ab):
+                    f, _ = self.chunk_partial(coord_dw, col0, tid, i)
+                    mP[cta, f] = acc_dw[i] + rOld[i]
 
                 # dh[b, chunk] = dout + dc @ W_C[chunk]^T
                 for i in cutlass.range_constexpr(_slots(Bt * CHUNK)):
@@ -677,13 +687,15 @@ class FusedBackward(_TileCopies):
                         v = Float32(0.0)
                         for b in cutlass.range_constexpr(Bt):
                             v = v + sH[b, j] * sDC[b, s]
-                        self.add_partial(mP, 2 * SH2 * D + (col0 + j) * D + s, cta, num_ctas, v, first)
+                        f, _ = self.chunk_partial(coord_dw, col0, tid, n_ab + i)
+                        mP[cta, f] = v + rOld[n_ab + i]
                 # dw[chunk] += ctx @ dout[:, chunk]
                 if tid < CHUNK:
                     v = Float32(0.0)
                     for b in cutlass.range_constexpr(Bt):
                         v = v + sCtx[b] * sDout[b, tid]
-                    self.add_partial(mP, 3 * SH2 * D + col0 + tid, cta, num_ctas, v, first)
+                    f, _ = self.chunk_partial(coord_dw, col0, tid, n_slots - 1)
+                    mP[cta, f] = v + rOld[n_slots - 1]
                 cute.arch.barrier()
 
         # dsigma: this CTA's sum, reduced in a fixed order
@@ -695,7 +707,9 @@ class FusedBackward(_TileCopies):
             total = sRed[0]
             for i in cutlass.range_constexpr(1, THREADS // 32):
                 total = total + sRed[i]
-            mP[_partial_offset(self.L - 1, cta, num_ctas, self.L)] = total
+            mP[cta, self.L - 1] = total
+            for pad in cutlass.range_constexpr(self.L, self.width):  # summed too: keep them zero
+                mP[cta, pad] = Float32(0.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -919,18 +933,6 @@ def _persistent_ctas(x: Any, num_tiles: int, ctas_per_sm: int) -> int:
     return max(1, min(num_tiles, _cute.sm_count(x) * ctas_per_sm))
 
 
-def _sum_partials(partials: Any, num_ctas: int, L: int, like: Any) -> Any:
-    """Fixed-order sum over CTAs of the [num_ctas, L] partials, PARTIAL_COLS columns at a time."""
-    from .column_sum import column_sum
-
-    total = empty(like, (L,))
-    for start in range(0, L, PARTIAL_COLS):
-        width = min(PARTIAL_COLS, L - start)
-        block = partials[start * num_ctas: start * num_ctas + width * num_ctas].reshape(num_ctas, width)
-        column_sum(block, out=total[start: start + width])
-    return total
-
-
 def forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float, *,
             impl: str, precision: str) -> Any:
     """out [B, SH2] of the Mamba2 layer; arrays already validated by foxcute.mamba2."""
@@ -953,16 +955,18 @@ def backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: An
     if impl == "fused":
         dh_hist = empty(h, (B, K, SH2))
         dh = empty(h, (B, SH2))
+        from .column_sum import column_sum
+
         L = _num_weights(SH2, D)
         kernel = _KERNELS["fused_backward"][0](K, SH2, D, precision)
         num_tiles = -(-B // kernel.samples)
         num_ctas = _persistent_ctas(h, num_tiles, kernel.ctas_per_sm())
-        partials = empty(h, (num_ctas * L,))
+        partials = empty(h, (num_ctas, kernel.width))
         fn = _compiled("fused_backward", K, SH2, D, precision)
         fn(gmem_ptr(dout), gmem_ptr(h_hist), gmem_ptr(h), gmem_ptr(W_A), gmem_ptr(W_B), gmem_ptr(W_C),
            gmem_ptr(w), gmem_ptr(partials), gmem_ptr(dh_hist), gmem_ptr(dh), Float32(sigma), Int32(B),
            Int32(num_ctas), _cute.current_stream(h))
-        grads = _sum_partials(partials, num_ctas, L, h)
+        grads = column_sum(partials)  # fixed order over CTAs, every column block in one launch
         n = SH2 * D
         return (grads[0:n].reshape(SH2, D), grads[n:2 * n].reshape(SH2, D),
                 grads[2 * n:3 * n].reshape(SH2, D), grads[3 * n:3 * n + SH2], grads[L - 1:L], dh_hist, dh)
