@@ -28,8 +28,9 @@ fp32 (FFMA; a CTA of 256 threads takes ROWS=64 rows):
      load. (b) dx: thread (4 rows, input i) accumulates dfeat for its G+1 features over O,
      then dx = sum_g dfeat_g * phi_g * (-2 (x - mu_g) / delta^2) + dfeat_G * silu'(x).
 tf32 (mma.sync m16n8k8, 4 warps = 64 rows a CTA): see KanTf32Config, KanForwardTf32 and
-  KanBackwardTf32. Wcat is gathered into shared memory by cp.async (issued at once, waited
-  for once); the forward computes its A fragments' basis values in registers.
+  KanBackwardTf32. The forward gathers Wcat into shared memory by cp.async (issued at once,
+  waited for once) and computes its A fragments' basis values in registers; the backward
+  reads C and Wb with coalesced 16-byte loads and stores them transposed (WeightGatherPlan).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from . import _cute
 THREADS = 256
 ROWS = 64  # rows of a CTA: B=8192 gives 128 CTAs, one wave on an H200
 ROW_PAD = ROWS + 4  # feature-major tiles: 4-row vectors stay 16-byte aligned, rows spread over banks
-REDUCE_ROW_GROUPS = 8  # grad reduce: threads of a column that split the partial rows
+REDUCE_ROW_GROUPS = 16  # grad reduce: warps of a CTA that split the partial rows (8 rows each at B=8192)
 MAX_ACC = 64  # fp32: accumulators a thread may hold
 MAX_TF32_ACC = 128  # tf32 backward: MMA accumulator registers (72 at the defaults, no spills)
 MAX_SMEM_BYTES = 200 * 1024
@@ -215,6 +216,9 @@ class KanBackwardFp32(KanConfig):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         first = cta * ROWS
+        # Let the grad reduce (launched next with programmatic dependent launch) get its CTAs
+        # resident now; it waits in griddepcontrol.wait until this grid has finished.
+        cute.arch.griddepcontrol_launch_dependents()
         smem = SmemAllocator()
         o_rows = self.o_per_warp * (THREADS // 32)  # padded so every warp's rows exist
         f_rows = self.f_per_lane * 32
@@ -448,10 +452,31 @@ class KanForwardTf32(KanTf32Config):
                     mY[row_b, pair, None].store(out.load())
 
 
+class WeightGatherPlan:
+    """How the TF32 backward reads one of Wcat's sources, src [O, cols] (C: cols = I*G,
+    Wb: cols = I), into Wcat^T: `vec`-float vectors along src's rows (16 bytes where cols % 4
+    == 0), a warp instruction taking 8 consecutive vectors of 4 consecutive rows (128
+    contiguous bytes a row, 4 cache lines, instead of the 32 lines a lane-per-output
+    gather of single floats touched). Thread tid's task k is vector tid + k*TF32_THREADS of
+    that tiling; a thread holds at most `batch` vectors (4*batch registers) at once, the
+    first `first_batch` loaded before the rest of the staging."""
+
+    def __init__(self, rows: int, cols: int, is_wb: bool):
+        self.is_wb = is_wb
+        self.vec = 4 if cols % 4 == 0 else (2 if cols % 2 == 0 else 1)
+        self.row_stride = cols
+        self.vecs_per_row = cols // self.vec
+        self.tiles_per_row_block = _ceil(self.vecs_per_row, 8)
+        self.tasks = _ceil(_ceil(rows, 4) * self.tiles_per_row_block * 32, TF32_THREADS)
+        self.batch = 64 // self.vec
+        self.first_batch = min(self.tasks, self.batch)
+
+
 class KanBackwardTf32(KanTf32Config):
     """A CTA of 4 warps takes TF32_ROWS rows. Shared: the feature tile sFeat[f, row] (float32),
     dy^T tile sDy[o, row] (TF32-rounded) and Wcat^T sWt[f, o] (float32, rounded as
-    fragments are built).
+    fragments are built; gathered as WeightGatherPlan says, since a lane-per-output gather
+    of single floats touches 32 cache lines a warp instruction: 9216 L1 wavefronts a CTA).
       (a) dWcat partial [O, KP] = dy^T @ feat over the CTA's rows: MMA tiles (16 outputs x 8
           features), warp w taking feature tiles w, w+4, ...; K = rows.
       (b) dfeat = dy @ Wcat for the warp's 16 rows, one 8-feature tile at a time; a tile is
@@ -464,6 +489,66 @@ class KanBackwardTf32(KanTf32Config):
         self.n_tiles = self.KP // 8
         self.tiles_per_warp = _ceil(self.n_tiles, TF32_WARPS)
         self.m_tiles = self.O16 // 16
+        self.c_plan = WeightGatherPlan(O, I * G, is_wb=False)
+        self.wb_plan = WeightGatherPlan(O, I, is_wb=True)
+
+    @cute.jit
+    def x_place(self, tid: Int32, k: int) -> tuple:
+        """(row r, input i) of thread tid's x staging task k; tasks tile the [R, I8] block in
+        warp tiles of 8 rows x 4 inputs (R and I8 are multiples of 8)."""
+        task = tid + k * TF32_THREADS
+        tile = task // 32
+        lane = task % 32
+        quads = self.I8 // 4
+        return (tile // quads) * 8 + lane // 4, (tile % quads) * 4 + lane % 4
+
+    @cute.jit
+    def vector_place(self, plan: WeightGatherPlan, tid: Int32, k: int) -> tuple:
+        """(row o, vector c) of thread tid's task k (past the end: o >= O or c >= vecs_per_row)."""
+        task = tid + k * TF32_THREADS
+        tile = task // 32
+        lane = task % 32
+        o = (tile // plan.tiles_per_row_block) * 4 + lane // 8
+        c = (tile % plan.tiles_per_row_block) * 8 + lane % 8
+        return o, c
+
+    @cute.jit
+    def load_weight_vectors(self, mSrc: cute.Tensor, plan: WeightGatherPlan, tid: Int32,
+                            k0: int, regs: cute.Tensor):
+        """regs[k] <- the vector of task k0 + k. Unconditional (indices clamped; the stores
+        drop what lies past the end) so all of them are in flight before the first is used."""
+        mVec = cute.make_tensor(mSrc.iterator, cute.make_layout(
+            (self.O, plan.vecs_per_row, plan.vec), stride=(plan.row_stride, plan.vec, 1)))
+        for k in cutlass.range_constexpr(cute.size(regs, mode=[0])):
+            o, c = self.vector_place(plan, tid, k0 + k)
+            regs[k, None].store(mVec[cutlass.min(o, Int32(self.O - 1)),
+                                     cutlass.min(c, Int32(plan.vecs_per_row - 1)), None].load())
+
+    @cute.jit
+    def store_weight_vectors(self, plan: WeightGatherPlan, tid: Int32, k0: int,
+                             regs: cute.Tensor, sWt: cute.Tensor):
+        """sWt[f, o] <- the elements of regs (tasks k0, ...), f = gb*I8 + i their Wcat column.
+        At the defaults (row pitch O8 + 8 = 40 words) a store instruction of C's tasks puts its
+        8 vectors' (4 inputs) x 4 outputs on 16 banks, 2 lanes each."""
+        for k in cutlass.range_constexpr(cute.size(regs, mode=[0])):
+            o, c = self.vector_place(plan, tid, k0 + k)
+            if o < self.O and c < plan.vecs_per_row:
+                for u in cutlass.range_constexpr(plan.vec):
+                    col = c * plan.vec + u
+                    if cutlass.const_expr(plan.is_wb):
+                        sWt[self.G * self.I8 + col, o] = regs[k, u]  # Wb[o, i]: gb = G
+                    else:
+                        i = col // self.G  # C[o, i*G + gb]
+                        sWt[(col - i * self.G) * self.I8 + i, o] = regs[k, u]
+
+    @cute.jit
+    def gather_rest(self, mSrc: cute.Tensor, plan: WeightGatherPlan, tid: Int32,
+                    sWt: cute.Tensor):
+        """The tasks past the first batch (none at the defaults), a batch at a time."""
+        for k0 in cutlass.range_constexpr(plan.first_batch, plan.tasks, plan.batch):
+            regs = cute.make_rmem_tensor((min(plan.batch, plan.tasks - k0), plan.vec), Float32)
+            self.load_weight_vectors(mSrc, plan, tid, k0, regs)
+            self.store_weight_vectors(plan, tid, k0, regs, sWt)
 
     @cute.jit
     def __call__(self, dy_ptr: cute.Pointer, x_ptr: cute.Pointer, c_ptr: cute.Pointer,
@@ -489,6 +574,9 @@ class KanBackwardTf32(KanTf32Config):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         first = cta * R
+        # Let the grad reduce (launched next with programmatic dependent launch) get its CTAs
+        # resident now; it waits in griddepcontrol.wait until this grid has finished.
+        cute.arch.griddepcontrol_launch_dependents()
         smem = SmemAllocator()
         row_stride = R + 8  # [*, row] tiles: 64-bit loads of 8 rows x 4 lanes on disjoint banks
         o_stride = self.O8 + 8
@@ -497,16 +585,13 @@ class KanBackwardTf32(KanTf32Config):
         sWt = smem.allocate_tensor(Float32, cute.make_layout((KP, self.O8), stride=(o_stride, 1)), 16)
         sDy_bits = cute.recast_tensor(sDy, Int32)
 
-        # Staging. Wcat^T (cp.async, waited for below), dy^T (rounded; zero past O and past the batch) and the
-        # features of the CTA's rows (float32; zero for padded inputs).
-        # Lane = output o (consecutive shared words); warp w walks features w, w+4, ...
-        for f in cutlass.range(tid // 32, KP, TF32_WARPS, unroll=8):
-            for oo in cutlass.range_constexpr(_ceil(self.O8, 32)):
-                o = tid % 32 + oo * 32
-                if o < self.O8:
-                    self.copy_weight_async(mC, mWb, o, f, cute.make_tensor(
-                        sWt.iterator + (f * o_stride + o), cute.make_layout(1)))
-        cute.arch.cp_async_commit_group()
+        # Staging. Wcat^T (16-byte loads issued first, stored transposed once the rest is
+        # staged: their latency hides behind it), dy^T (rounded; zero past O and past the
+        # batch) and the features of the CTA's rows (float32; zero for padded inputs).
+        first_c = cute.make_rmem_tensor((self.c_plan.first_batch, self.c_plan.vec), Float32)
+        first_wb = cute.make_rmem_tensor((self.wb_plan.first_batch, self.wb_plan.vec), Float32)
+        self.load_weight_vectors(mC, self.c_plan, tid, 0, first_c)
+        self.load_weight_vectors(mWb, self.wb_plan, tid, 0, first_wb)
         for k in cutlass.range_constexpr(_ceil(R * self.O16, TF32_THREADS)):
             idx = tid + k * TF32_THREADS
             r = idx // self.O16
@@ -515,11 +600,17 @@ class KanBackwardTf32(KanTf32Config):
             if first + r >= batch or o >= O:
                 v = Float32(0.0)
             sDy_bits[o, r] = Int32(cute.arch.cvt_f32_tf32(v))
-        for k in cutlass.range_constexpr(_ceil(R * I8, TF32_THREADS)):
-            idx = tid + k * TF32_THREADS
-            r = idx % R
-            i = idx // R
-            x = mX[cutlass.min(first + r, batch - 1), cutlass.min(i, Int32(I - 1))]
+        # Warp instruction = 8 rows x 4 inputs: 8 sectors of x a load (lanes along rows
+        # alone touched 32), and sFeat word (gb*I8 + i)*row_stride + r = 8i + r (mod 32)
+        # puts the 32 stores on 32 banks. All of a thread's x loads are issued first.
+        x_tasks = _ceil(R * I8, TF32_THREADS)
+        x_stage = cute.make_rmem_tensor((x_tasks,), Float32)
+        for k in cutlass.range_constexpr(x_tasks):
+            r, i = self.x_place(tid, k)
+            x_stage[k] = mX[cutlass.min(first + r, batch - 1), cutlass.min(i, Int32(I - 1))]
+        for k in cutlass.range_constexpr(x_tasks):
+            r, i = self.x_place(tid, k)
+            x = x_stage[k]
             if first + r >= batch:
                 x = Float32(0.0)
             for gb in cutlass.range_constexpr(G + 1):
@@ -527,7 +618,16 @@ class KanBackwardTf32(KanTf32Config):
                 if i >= I:
                     v = Float32(0.0)
                 sFeat[gb * I8 + i, r] = v
-        cute.arch.cp_async_wait_group(0)
+        if cutlass.const_expr(I < I8 or O < self.O8):  # zero weights of padded inputs/outputs
+            for idx in cutlass.range(tid, KP * self.O8, TF32_THREADS, unroll=1):
+                f = idx // self.O8
+                o = idx - f * self.O8
+                if o >= O or f - (f // I8) * I8 >= I:
+                    sWt[f, o] = Float32(0.0)
+        self.store_weight_vectors(self.c_plan, tid, 0, first_c, sWt)
+        self.store_weight_vectors(self.wb_plan, tid, 0, first_wb, sWt)
+        self.gather_rest(mC, self.c_plan, tid, sWt)
+        self.gather_rest(mWb, self.wb_plan, tid, sWt)
         cute.arch.barrier()
 
         warp = tid // 32
@@ -633,9 +733,10 @@ class KanGradReduce:
     place in sums (see GradLayout), padding dropped.
 
     A CTA owns 128 columns (lane l: 4 consecutive columns, one 128-bit load a row) and splits
-    the rows among REDUCE_ROW_GROUPS warps: warp w adds rows w, w+8, ... in order, then warp
-    0 adds the 8 warps' sums in warp order. At the defaults (tf32: 32 x 288 columns, R = 128
-    at B=8192) that is 72 CTAs reading 4.7 MB, a thread 16 rows with 8 loads in flight.
+    the rows among REDUCE_ROW_GROUPS = 16 warps: warp w adds rows w, w+16, ... in order, then
+    warp 0 adds the 16 warps' sums in warp order. At the defaults (tf32: 32 x 288 columns,
+    R = 128 at B=8192) that is 72 CTAs reading 4.7 MB, a thread 8 rows, all 8 loads in flight
+    at once (8 warps took two dependent rounds of L2 latency; measured 4.48 us on the H200).
     (column_sum takes at most 4096 columns: three launches, each ending in one CTA adding all
     of its CTAs' partial rows.)"""
 
@@ -648,8 +749,12 @@ class KanGradReduce:
         mPart = cute.make_tensor(part_ptr, cute.make_layout((rows, self.vecs, 4),
                                                             stride=(self.vecs * 4, 4, 1)))
         mSums = cute.make_tensor(sums_ptr, cute.make_layout(self.grads.sums_len))
+        # Programmatic dependent launch: the CTAs become resident while the backward kernel
+        # still runs (it triggers at its start) and start reading as soon as it has finished,
+        # instead of paying a launch after it (a graph-replayed kernel boundary costs ~1-3 us).
         self.kernel(mPart, mSums, rows).launch(
-            grid=[_ceil(self.vecs, 32), 1, 1], block=[REDUCE_ROW_GROUPS * 32, 1, 1], stream=stream)
+            grid=[_ceil(self.vecs, 32), 1, 1], block=[REDUCE_ROW_GROUPS * 32, 1, 1], stream=stream,
+            use_pdl=True)
 
     @cute.kernel
     def kernel(self, mPart: cute.Tensor, mSums: cute.Tensor, rows: Int32):
@@ -660,6 +765,9 @@ class KanGradReduce:
         lane = tid % 32
         smem = SmemAllocator()
         sPart = smem.allocate_tensor(Float32, cute.make_layout((REDUCE_ROW_GROUPS, 32, 4), stride=(128, 4, 1)), 16)
+        # Launched with PDL: nothing the backward kernel writes may be read before this
+        # returns (it waits for that grid to finish and its writes to be visible).
+        cute.arch.griddepcontrol_wait()
         vec = cta * 32 + lane
         vec_in = cutlass.min(vec, Int32(self.vecs - 1))  # past the end: read a real column, store nothing
         acc = cute.make_rmem_tensor((4,), Float32)
