@@ -161,7 +161,17 @@ class RowPass:
         sW1_3, sW1 = rows_view(sWraw, bn1, self.vec_w1, STAGE_W)
         cC1 = thr.partition_C(cute.make_identity_tensor((bm, bn1)))
         acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn1)), self.z_dtype)
+        # The epilogues' global operands are all loaded before the first store: the compiler
+        # keeps global loads after possibly aliasing global stores, so loads interleaved with
+        # the hid / dpred stores would each wait their own round trip. b1 is loaded before
+        # the products (its latency hides behind them); W1's action columns right after
+        # them, once the products' barriers have made sActs visible.
+        b1_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
+        w1a_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
+        hid_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
         for nt in cutlass.range_constexpr(h // bn1):
+            for i in cutlass.range_constexpr(cute.size(acc1)):
+                b1_frag[i] = mB1[nt * bn1 + cC1[i][1]]
             acc1.fill(0.0)
             mma_chunks(tiled_mma, tid, acc1, self.mode_z, f // CHUNK,
                        Operand(mS, batch, row0, 0, f // 4, bm, CHUNK // 4, 4, False, sS3, sS,
@@ -169,16 +179,25 @@ class RowPass:
                        Operand(mW1v, h, nt * bn1, 0, f // self.vec_w1, bn1, CHUNK // self.vec_w1,
                                self.vec_w1, False, sW1_3, sW1, threads=self.threads))
             for i in cutlass.range_constexpr(cute.size(acc1)):
+                act = sActs[cC1[i][0]]
+                w1a_frag[i] = Float32(0.0)
+                if act >= 0:
+                    w1a_frag[i] = mW1[nt * bn1 + cC1[i][1], f + act]
+            for i in cutlass.range_constexpr(cute.size(acc1)):
                 r = cC1[i][0]
                 col = nt * bn1 + cC1[i][1]
                 act = sActs[r]
-                z_wide = acc1[i] + self.z_dtype(mB1[col])
+                z_wide = acc1[i] + self.z_dtype(b1_frag[i])
                 if act >= 0:
-                    z_wide = z_wide + self.z_dtype(mW1[col, f + act])
+                    z_wide = z_wide + self.z_dtype(w1a_frag[i])
                 z = Float32(z_wide)  # rounding keeps the sign: the mask is the exact one
-                if act >= 0:
-                    mHid[row0 + r, col] = relu(z)
+                hid_frag[i] = relu(z)
                 sZ[r, col] = z
+            # The global stores of each epilogue in a loop of their own: a lane's two adjacent
+            # columns are then stored together, as one 64-bit store.
+            for i in cutlass.range_constexpr(cute.size(acc1)):
+                if row0 + cC1[i][0] < batch:
+                    mHid[row0 + cC1[i][0], nt * bn1 + cC1[i][1]] = hid_frag[i]
 
         # ---- Phase 2: pred = relu(z) @ W2^T + b2; diff, r, dpred -> sDp and global.
         bn2 = n_tile(f, self.warps_n)
@@ -188,7 +207,23 @@ class RowPass:
         num_mi = cute.size(acc2, mode=[1])
         row_sq = cute.make_rmem_tensor((2, num_mi), Float32)
         row_sq.fill(0.0)
+        num_ni = cute.size(acc2, mode=[2])
+        # s_next and b2 of a tile are loaded before its products: their latency (a DRAM round
+        # trip for s_next) hides behind the MMAs.
+        s_next_frag = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn2)), Float32)
+        b2_frag = cute.make_rmem_tensor((2, num_ni), Float32)
         for nt in cutlass.range_constexpr(f // bn2):
+            for ni in cutlass.range_constexpr(num_ni):
+                for v0 in cutlass.range_constexpr(2):
+                    b2_frag[v0, ni] = mB2[nt * bn2 + cC2[(v0, 0), 0, ni][1]]
+            for mi in cutlass.range_constexpr(num_mi):
+                for v1 in cutlass.range_constexpr(2):
+                    r = cC2[(0, v1), mi, 0][0]
+                    for ni in cutlass.range_constexpr(num_ni):
+                        for v0 in cutlass.range_constexpr(2):
+                            s_next_frag[(v0, v1), mi, ni] = Float32(0.0)
+                            if row0 + r < batch:
+                                s_next_frag[(v0, v1), mi, ni] = mSn[row0 + r, nt * bn2 + cC2[(v0, v1), mi, ni][1]]
             acc2.fill(0.0)
             mma_chunks(tiled_mma, tid, acc2, self.mode, h // CHUNK, None,
                        Operand(mW2v, f, nt * bn2, 0, h // 4, bn2, CHUNK // 4, 4, False, sW2_3, sW2,
@@ -197,17 +232,19 @@ class RowPass:
             for mi in cutlass.range_constexpr(num_mi):
                 for v1 in cutlass.range_constexpr(2):
                     r = cC2[(0, v1), mi, 0][0]
-                    for ni in cutlass.range_constexpr(cute.size(acc2, mode=[2])):
+                    for ni in cutlass.range_constexpr(num_ni):
                         for v0 in cutlass.range_constexpr(2):
                             col = nt * bn2 + cC2[(v0, v1), mi, ni][1]
                             diff = Float32(0.0)
                             if row0 + r < batch:
-                                diff = acc2[(v0, v1), mi, ni] + mB2[col] - mSn[row0 + r, col]
+                                diff = acc2[(v0, v1), mi, ni] + b2_frag[v0, ni] - s_next_frag[(v0, v1), mi, ni]
                             row_sq[v1, mi] = row_sq[v1, mi] + diff * diff
                             dp = diff * inv_fb
                             sDp[r, col] = dp
-                            if row0 + r < batch:
-                                mDp[row0 + r, col] = dp
+                            acc2[(v0, v1), mi, ni] = dp
+            for i in cutlass.range_constexpr(cute.size(acc2)):
+                if row0 + cC2[i][0] < batch:
+                    mDp[row0 + cC2[i][0], nt * bn2 + cC2[i][1]] = acc2[i]
         # r: the 4 lanes sharing a row add their column pairs (butterfly, fixed order), then
         # the warps_n warps sharing a row add theirs through shared memory in warp order.
         warp_n = cC2[0][1] // 8
@@ -244,8 +281,10 @@ class RowPass:
                 col = nt * bn3 + cC3[i][1]
                 dz = acc3[i] if sZ[r, col] > Float32(0.0) else Float32(0.0)
                 sZ[r, col] = dz
-                if row0 + r < batch:
-                    mDz[row0 + r, col] = dz
+                acc3[i] = dz
+            for i in cutlass.range_constexpr(cute.size(acc3)):
+                if row0 + cC3[i][0] < batch:
+                    mDz[row0 + cC3[i][0], nt * bn3 + cC3[i][1]] = acc3[i]
         cute.arch.sync_threads()
 
         # ---- Partial column sums of this CTA's rows, each in row order.
@@ -255,16 +294,21 @@ class RowPass:
             for r in cutlass.range(bm, unroll=8):
                 acc = acc + sDp[r, col]
             mPart[partial_index(col, cta, num_ctas, pw)] = acc
+        # dz's column and its per-action parts in one pass over the rows (1 + A independent
+        # sums, each in row order), not 1 + A dependent passes.
+        acc_act = cute.make_rmem_tensor(na, Float32)
         for col in cutlass.range(tid, h, self.threads, unroll=1):
             acc = Float32(0.0)
-            for r in cutlass.range(bm, unroll=8):
-                acc = acc + sZ[r, col]
+            acc_act.fill(0.0)
+            for r in cutlass.range(bm, unroll=4):
+                dz = sZ[r, col]
+                act = sActs[r]
+                acc = acc + dz
+                for j in cutlass.range_constexpr(na):
+                    acc_act[j] = acc_act[j] + (dz if act == j else Float32(0.0))
             mPart[partial_index(f + col, cta, num_ctas, pw)] = acc
             for j in cutlass.range_constexpr(na):
-                acc_j = Float32(0.0)
-                for r in cutlass.range(bm, unroll=8):
-                    acc_j = acc_j + (sZ[r, col] if sActs[r] == j else Float32(0.0))
-                mPart[partial_index(f + h + col * na + j, cta, num_ctas, pw)] = acc_j
+                mPart[partial_index(f + h + col * na + j, cta, num_ctas, pw)] = acc_act[j]
         if tid == 0:
             loss = Float32(0.0)
             for r in cutlass.range(bm, unroll=8):
