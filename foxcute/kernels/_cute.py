@@ -107,6 +107,34 @@ def sm_count(x: Any) -> int:
     return cupy.cuda.Device(x.device.id).attributes["MultiProcessorCount"]
 
 
+TICKET_SLOTS = 1024  # launches that may be in flight at once on one device
+TICKETS_PER_LAUNCH = 256  # integers one launch may count with (column slices, output tiles)
+_ticket_pools: dict[tuple, list] = {}
+
+
+def tickets(x: Any, count: int) -> Any:
+    """`count` zeroed int32 tickets for one launch on x's device (the fixed-order reductions'
+    "last CTA finishes" counters), 16-byte aligned, from a per-device pool used round robin.
+    The launch's finishing CTAs set them back to zero, so no memset precedes each launch (in
+    a CUDA graph that would be one more node, ~1-2 us). A launch needs its slot back only
+    after TICKET_SLOTS further launches on the device."""
+    if count > TICKETS_PER_LAUNCH:
+        raise ValueError(f"a launch may take at most {TICKETS_PER_LAUNCH} tickets, not {count}")
+    kind = _arrays.array_kind(x)
+    key = (kind, _arrays.device_id(x, kind))
+    pool = _ticket_pools.get(key)
+    if pool is None:
+        if is_capturing(x):
+            raise RuntimeError("foxcute: the first reduction kernel on a device cannot be launched "
+                               "inside CUDA graph capture (it allocates the ticket pool); call it "
+                               "once before capturing, as torch.cuda.graph's warm-up does")
+        pool = _ticket_pools[key] = [_arrays.zeros(x, (TICKETS_PER_LAUNCH * TICKET_SLOTS,), "int32"), 0]
+        synchronize(x)  # the pool must be zero before a launch on any stream reads it
+    zeros, slot = pool
+    pool[1] = (slot + 1) % TICKET_SLOTS
+    return zeros[TICKETS_PER_LAUNCH * slot: TICKETS_PER_LAUNCH * slot + count]
+
+
 def ptxas_report(jit_fn: Callable, *args: Any) -> dict[str, int]:
     """Compile once more with ptxas' remarks on and return its resource report for the
     kernel: registers, stack frame and spill bytes (what CI checks: no spills)."""

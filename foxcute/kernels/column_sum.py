@@ -36,10 +36,6 @@ MAX_VECS_PER_THREAD = 2  # with Kahan compensation, 4 floats of state per float4
 # (71 us against 100 us for 4 x 2), and no worse at N = 3.
 CTAS_PER_SM = 4
 LOADS_IN_FLIGHT = 8  # float4 loads per thread per step
-TICKET_SLOTS = 1024  # launches that may be in flight at once on one device
-# One ticket per column slice of 256 float4: 4 slices at N = 4096 (the public limit); the
-# kernels' own per-CTA weight-gradient partials (N a multiple of 4) may take up to 64.
-TICKETS_PER_SLOT = 64
 MAX_ELEMENTS = 2**31 - 1  # CuTe layouts index with 32-bit integers
 
 
@@ -60,7 +56,9 @@ class ColumnSum:
         self.cols = min(self.vecs, self.threads)
         self.rows = self.threads // self.cols
         self.vecs_per_thread = 1 if self.slices > 1 else -(-self.vecs // self.cols)
-        assert self.slices <= TICKETS_PER_SLOT, f"{n} columns need {self.slices} tickets"
+        # one ticket per column slice of 256 float4: 4 at N = 4096 (the public limit); the
+        # kernels' own per-CTA weight-gradient partials (N a multiple of 4) take more
+        assert self.slices <= _cute.TICKETS_PER_LAUNCH, f"{n} columns need {self.slices} tickets"
         self.unroll = max(1, loads_in_flight // self.vecs_per_thread)  # packed rows per step
         # Pairwise fold of the thread rows: halves 2^k < rows, ..., 2, 1.
         self.fold_halves = [1 << k for k in reversed(range((self.rows - 1).bit_length()))]
@@ -223,30 +221,6 @@ def grid_size(kernel: ColumnSum, m: int, sms: int, ctas_per_sm: int = CTAS_PER_S
     return max(1, min(ctas_per_sm * sms // kernel.slices, -(-groups // kernel.unroll)))
 
 
-_ticket_pools: dict[tuple, list] = {}
-
-
-def _ticket(G: Any) -> Any:
-    """A zeroed int32 ticket for one launch, 16-byte aligned, from a per-device pool used
-    round robin. The launch's last CTA sets it back to zero, so no memset precedes each
-    launch (in a CUDA graph that would be a second node: ~2 us at N = 3). A launch needs its
-    slot back only after TICKET_SLOTS further launches on the device."""
-    kind = _arrays.array_kind(G)
-    key = (kind, _arrays.device_id(G, kind))
-    pool = _ticket_pools.get(key)
-    if pool is None:
-        if _cute.is_capturing(G):
-            raise RuntimeError("foxcute.column_sum: the first call on a device cannot be inside "
-                               "CUDA graph capture (it allocates its ticket pool); call it once "
-                               "before capturing, as torch.cuda.graph's warm-up does")
-        tickets = _arrays.zeros(G, (TICKETS_PER_SLOT * TICKET_SLOTS,), "int32")
-        _cute.synchronize(G)  # the pool must be zero before a launch on any stream reads it
-        pool = _ticket_pools[key] = [tickets, 0]
-    tickets, slot = pool
-    pool[1] = (slot + 1) % TICKET_SLOTS
-    return tickets[TICKETS_PER_SLOT * slot: TICKETS_PER_SLOT * (slot + 1)]
-
-
 def column_sum(G: Any, out: Any = None) -> Any:
     """Column sums of a validated float32 C-contiguous 2-D cupy array or torch CUDA tensor,
     launched on that library's current stream. `out` ([N], same kind) is written if given.
@@ -272,7 +246,7 @@ def _launch(G: Any, out: Any) -> Any:
     num_ctas = grid_size(config, m, _cute.sm_count(G))
     work = _arrays.empty(G, ((num_ctas + 1) * config.width,))
     _compile(n)(_cute.gmem_ptr(G), _cute.gmem_ptr(out), _cute.gmem_ptr(work),
-                _cute.gmem_ptr(_ticket(G), Int32), Int32(m), Int32(num_ctas), _cute.current_stream(G))
+                _cute.gmem_ptr(_cute.tickets(G, config.slices), Int32), Int32(m), Int32(num_ctas), _cute.current_stream(G))
     return out
 
 

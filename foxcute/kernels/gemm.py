@@ -696,7 +696,7 @@ def weight_grads_into(problems: list, precision: str) -> None:
     num_ctas, rows_per_cta = weight_grad_grid(m, sum(a * b for a, b in tiles), _cute.sm_count(problems[0][0]))
     work = _arrays.empty(problems[0][0], (sum(num_ctas * nt * (kt * WeightGrad.bk + 1) * WeightGrad.bn
                                               for nt, kt in tiles),))
-    tickets = _arrays.zeros(problems[0][0], (sum(a * b for a, b in tiles),), "int32")
+    tickets = _cute.tickets(problems[0][0], sum(a * b for a, b in tiles))
     config = tuple((_vec(n), _vec(k), db is not None) for (n, k), (_, _, _, _, db) in zip(shapes, problems))
     fn = _compile_weight_grad(precision, config)
     ptr = _cute.gmem_ptr

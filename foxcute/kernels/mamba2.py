@@ -128,15 +128,59 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
             cute.gemm(tiled, acc, a, b, acc)
 
 
-@cute.jit
-def _dot_chunk(acc: Float32, sRows: cute.Tensor, b: Int32, sCols: cute.Tensor, s: Int32) -> Float32:
-    """acc + sRows[b, :] . sCols[:, s] over one CHUNK; the row is read 128 bits at a time."""
-    row = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
-    for k4 in cutlass.range_constexpr(CHUNK // 4):
-        cute.autovec_copy(cute.local_tile(sRows[b, None], (4,), (k4,)), row)
-        for e in cutlass.range_constexpr(4):
-            acc = acc + row[e] * sCols[k4 * 4 + e, s]
-    return acc
+class _StateProduct:
+    """c[b, s] = sum_k h[b, k] W_C[k, s] over a tile's Bt samples by FFMA, one CHUNK at a time.
+
+    A thread owns 4 consecutive states of one sample and every split-th k of a chunk
+    (k = i * split + lane % split, so the split lanes read distinct banks); their partial
+    sums are joined by shuffles in `store`. Per FFMA it reads a quarter of a 16-byte W_C row
+    and 1/4 word of h: one thread per (sample, state) reading a W_C word per FFMA issued 4x
+    the shared-memory instructions, and shared memory bounds the fused kernels."""
+
+    def __init__(self, Bt: int, D: int):
+        self.Bt, self.quads = Bt, D // 4
+        groups = Bt * self.quads
+        self.split = 1
+        while self.split < 4 and 2 * self.split * groups <= THREADS:
+            self.split *= 2  # a power of two: the shuffle groups tile the warp
+        self.tasks = groups * self.split
+        self.slots = _slots(self.tasks)
+
+    def accumulators(self) -> cute.Tensor:
+        return cute.make_rmem_tensor(cute.make_layout((self.slots, 4)), Float32)
+
+    @cute.jit
+    def accumulate(self, acc: cute.Tensor, sRows: cute.Tensor, sW: cute.Tensor, tid: Int32):
+        """acc += this thread's share of sRows (Bt, CHUNK) @ sW (CHUNK, D)."""
+        split = self.split
+        w = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        for q in cutlass.range_constexpr(self.slots):
+            task = tid + q * THREADS
+            if task < self.tasks:
+                group = task // split
+                b = group // self.quads
+                s4 = group - b * self.quads
+                for i in cutlass.range(CHUNK // split, unroll=8):
+                    k = i * split + task % split
+                    hk = sRows[b, k]
+                    cute.autovec_copy(cute.local_tile(sW[k, None], (4,), (s4,)), w)
+                    for e in cutlass.range_constexpr(4):
+                        acc[q, e] = acc[q, e] + hk * w[e]
+
+    @cute.jit
+    def store(self, acc: cute.Tensor, sC: cute.Tensor, tid: Int32):
+        """sC (Bt, D) <- the split lanes' sums (every lane takes part in the shuffles)."""
+        for q in cutlass.range_constexpr(self.slots):
+            task = tid + q * THREADS
+            group = task // self.split
+            b = group // self.quads
+            s4 = group - b * self.quads
+            for e in cutlass.range_constexpr(4):
+                v = acc[q, e]
+                if const_expr(self.split > 1):
+                    v = cute.arch.warp_reduction(v, operator.add, threads_in_group=self.split)
+                if task < self.tasks and task % self.split == 0:
+                    sC[b, s4 * 4 + e] = v
 
 
 @cute.jit
@@ -282,7 +326,8 @@ class FusedForward(_TileCopies):
         self.tf32 = precision == "tf32"
         self.samples = TILE_ROWS // K  # Bt: whole samples per tile
         self.pairs = _slots(self.samples * D)  # (sample, state) pairs per thread
-        tiles = 4 * (TILE_ROWS * (CHUNK + 4) + self.samples * (CHUNK + 4) + TILE_ROWS * (2 * D + 4))
+        self.c_product = _StateProduct(self.samples, D)
+        tiles = 4 * (TILE_ROWS * (CHUNK + 4) + self.samples * (CHUNK + 4 + D) + TILE_ROWS * (2 * D + 4))
         resident = 4 * SH2 * (3 * D + 8)
         self.resident_weights = 2 * (tiles + resident + 256) <= SMEM_PER_SM
 
@@ -319,6 +364,7 @@ class FusedForward(_TileCopies):
         sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
+        sC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
         w_rows = SH2 if self.resident_weights else CHUNK
         sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(2 * D + 8, 1)), 16)
         sWC = smem.allocate_tensor(Float32, cute.make_layout((w_rows, D), stride=(D, 1)), 16)
@@ -330,7 +376,7 @@ class FusedForward(_TileCopies):
 
         tiled = _tiled_mma(self.tf32)
         thr = tiled.get_slice(tid)
-        c_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
+        c_acc = self.c_product.accumulators()
 
         if const_expr(self.resident_weights):
             for kc in cutlass.range_constexpr(n_chunks):
@@ -372,14 +418,10 @@ class FusedForward(_TileCopies):
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
                 sWn = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, 2 * D + 8)))
                 _mma_smem(tiled, thr, acc, sA, sWn, self.tf32)
-                for p in cutlass.range_constexpr(self.pairs):
-                    pair = tid + p * THREADS
-                    if pair < Bt * D:
-                        b = pair // D
-                        s = pair - b * D
-                        c_acc[p] = _dot_chunk(c_acc[p], sH, b, sWCk, s)
+                self.c_product.accumulate(c_acc, sH, sWCk, tid)
                 cute.arch.barrier()
 
+            self.c_product.store(c_acc, sC, tid)
             coord = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, 2 * D)))
             for i in cutlass.range_constexpr(cute.size(acc)):
                 m, n = coord[i]
@@ -396,7 +438,7 @@ class FusedForward(_TileCopies):
                     g = sigma * _sigmoid(sAU[bs * K + t, s])
                     x = g * x + sAU[bs * K + t, D + s]
                 # every lane of the warp takes part in the shuffles
-                ctx = cute.arch.warp_reduction(c_acc[p] * x, operator.add, threads_in_group=D)
+                ctx = cute.arch.warp_reduction(sC[bs, s] * x, operator.add, threads_in_group=D)
                 ctx = ctx * Float32(1.0 / D)
                 if pair < Bt * D and s == 0:
                     sCtx[b] = ctx
@@ -431,6 +473,7 @@ class FusedBackward(_TileCopies):
         self.tf32 = precision == "tf32"
         self.samples = TILE_ROWS // K
         self.pairs = _slots(self.samples * D)
+        self.c_product = _StateProduct(self.samples, D)
         self.L = _num_weights(SH2, D)
         self.width = _partial_width(SH2, D)
 
@@ -464,20 +507,16 @@ class FusedBackward(_TileCopies):
                     num_ctas).launch(grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream,
                                      min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
 
-    def chunk_partial(self, coord_dw: cute.Tensor, col0: Int32, tid: Int32, slot: int) -> tuple:
-        """(flat weight-gradient entry, whether this thread owns it; None: every thread does)
-        of a chunk's partial slot `slot` (trace-time Python): the [dW_A|dW_B] accumulator
-        entries, then dW_C, then dw."""
-        D, SH2 = self.D, self.SH2
-        n_ab = cute.size(coord_dw)
-        if slot < n_ab:
-            j, n = coord_dw[slot]
-            # n < D: dW_A[col0 + j, n]; n >= D: dW_B[col0 + j, n - D], SH2 * D entries later
-            return (col0 + j) * D + n + (n // D) * (SH2 * D - D), None
-        if slot < n_ab + _slots(CHUNK * D):
-            idx = tid + (slot - n_ab) * THREADS  # dW_C[col0 + idx // D, idx % D]
-            return 2 * SH2 * D + col0 * D + idx, idx < CHUNK * D
-        return 3 * SH2 * D + col0 + tid, tid < CHUNK  # dw[col0 + tid]
+    def ab_entry(self, coord_dw: cute.Tensor, col0: Int32, i: int) -> Int32:
+        """Flat weight-gradient index of [dW_A|dW_B] accumulator entry i (trace-time Python):
+        n < D: dW_A[col0 + j, n]; n >= D: dW_B[col0 + j, n - D], SH2 * D entries later."""
+        j, n = coord_dw[i]
+        return (col0 + j) * self.D + n + (n // self.D) * (self.SH2 * self.D - self.D)
+
+    def wc_vector(self, col0: Int32, tid: Int32, i: int) -> Int32:
+        """Float4 index in a partials row of dW_C[col0 + j, 4*s4 : 4*s4 + 4], where the
+        thread's slot i holds (j, s4) = divmod(tid + i * THREADS, D // 4)."""
+        return (2 * self.SH2 * self.D + col0 * self.D) // 4 + tid + i * THREADS
 
     @cute.kernel
     def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
@@ -497,6 +536,7 @@ class FusedBackward(_TileCopies):
         sWCt = smem.allocate_tensor(Float32, cute.make_layout((D, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sWv = smem.allocate_tensor(Float32, cute.make_layout((1, SH2), stride=(SH2, 1)), 16)
         sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
+        # c from phase 1, then dc written over it in phase 2 (each (b, s) by the thread that read it)
         sDC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sRed = smem.allocate_tensor(Float32, cute.make_layout((THREADS // 32,)), 16)
@@ -511,13 +551,17 @@ class FusedBackward(_TileCopies):
 
         tiled = _tiled_mma(self.tf32)
         thr = tiled.get_slice(tid)
-        c_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
+        c_acc = self.c_product.accumulators()
         dctx_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
         xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
         coord_dw = thr.partition_C(cute.make_identity_tensor((CHUNK, 2 * D)))
         n_ab = cute.size(coord_dw)
-        n_slots = n_ab + _slots(CHUNK * D) + 1  # a chunk's partial slots per thread
-        rOld = cute.make_rmem_tensor(cute.make_layout((n_slots,)), Float32)
+        quads = D // 4
+        n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
+        # the partials' old values of a chunk: [dW_A|dW_B] accumulator entries, dW_C, dw
+        rOldAB = cute.make_rmem_tensor(cute.make_layout((n_ab,)), Float32)
+        rOldWC = cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32)
+        rOldW = cute.make_rmem_tensor(cute.make_layout((1,)), Float32)
         dsigma = Float32(0.0)
         slice_k = CHUNK // D  # columns of dout @ w each lane of a sample's D-lane group sums
 
@@ -563,17 +607,18 @@ class FusedBackward(_TileCopies):
                     self.fetch_rows(mWC, col1, CHUNK, 0, rWC, CHUNK, D)
                     self.fetch_rows(mDout, b0, n_samples, col1, rDout, Bt, CHUNK)
                 _mma_smem(tiled, thr, acc, sHistChunk, sWn, self.tf32)
+                self.c_product.accumulate(c_acc, sH, sWC, tid)
                 for p in cutlass.range_constexpr(self.pairs):
                     pair = tid + p * THREADS
                     if pair < Bt * D:
                         b = pair // D
                         s = pair - b * D
-                        c_acc[p] = _dot_chunk(c_acc[p], sH, b, sWC, s)
                         dc = dctx_acc[p]
                         for k in cutlass.range_constexpr(slice_k):
                             dc = dc + sDout[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
                         dctx_acc[p] = dc
                 cute.arch.barrier()
+            self.c_product.store(c_acc, sDC, tid)
             coord_au = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, 2 * D)))
             for i in cutlass.range_constexpr(cute.size(acc)):
                 m, n = coord_au[i]
@@ -594,7 +639,9 @@ class FusedBackward(_TileCopies):
                     # lanes past the tile read sample Bt-1's a|u, which that sample's own lanes
                     # (all in this last pass) overwrite with da|du below: all reads before any write
                     cute.arch.barrier()
-                c = c_acc[p]
+                c = Float32(0.0)
+                if pair < Bt * D:  # read by the thread that overwrites it with dc below
+                    c = sDC[b, s]
                 ctx = cute.arch.warp_reduction(c * x, operator.add, threads_in_group=D) * Float32(1.0 / D)
                 dctx = cute.arch.warp_reduction(dctx_acc[p], operator.add, threads_in_group=D)
                 lam = dctx * c * Float32(1.0 / D)
@@ -647,15 +694,18 @@ class FusedBackward(_TileCopies):
                 # The chunk's partials so far, all loaded before the first of them is stored
                 # (a load after a store to the same array cannot be hoisted above it: one L2
                 # round trip each), and after dh_hist, whose accumulators are then free.
-                rOld.fill(0.0)
+                rOldAB.fill(0.0)
+                rOldWC.fill(0.0)
+                rOldW.fill(0.0)
                 if tile != cta:
-                    for slot in cutlass.range_constexpr(n_slots):
-                        f, owned = self.chunk_partial(coord_dw, col0, tid, slot)
-                        if const_expr(owned is None):
-                            rOld[slot] = mP[cta, f]
-                        else:
-                            if owned:
-                                rOld[slot] = mP[cta, f]
+                    for i in cutlass.range_constexpr(n_ab):
+                        rOldAB[i] = mP[cta, self.ab_entry(coord_dw, col0, i)]
+                    for i in cutlass.range_constexpr(n_wc):
+                        if tid + i * THREADS < CHUNK * quads:
+                            cute.autovec_copy(cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)),
+                                              rOldWC[i, None])
+                    if tid < CHUNK:
+                        rOldW[0] = mP[cta, 3 * SH2 * D + col0 + tid]
 
                 # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
                 sHistT = cute.make_tensor(
@@ -665,37 +715,45 @@ class FusedBackward(_TileCopies):
                 acc_dw.fill(0.0)
                 _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32)
                 for i in cutlass.range_constexpr(n_ab):
-                    f, _ = self.chunk_partial(coord_dw, col0, tid, i)
-                    mP[cta, f] = acc_dw[i] + rOld[i]
+                    mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_dw[i] + rOldAB[i]
 
+                # 4 outputs a thread below: each shared-memory read feeds 4 FFMAs, not 1
+                v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+                x4 = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
                 # dh[b, chunk] = dout + dc @ W_C[chunk]^T
-                for i in cutlass.range_constexpr(_slots(Bt * CHUNK)):
+                for i in cutlass.range_constexpr(_slots(Bt * CHUNK // 4)):
                     idx = tid + i * THREADS
-                    b = idx // CHUNK
-                    j = idx - b * CHUNK
+                    b = idx // (CHUNK // 4)
+                    q = idx - b * (CHUNK // 4)
                     if b < n_samples:
-                        v = sDout[b, j]
+                        cute.autovec_copy(cute.local_tile(sDout[b, None], (4,), (q,)), v)
                         for s in cutlass.range_constexpr(D):
-                            v = v + sDC[b, s] * sWCt[s, j]
-                        mDH[b0 + b, col0 + j] = v
+                            dc = sDC[b, s]
+                            cute.autovec_copy(cute.local_tile(sWCt[s, None], (4,), (q,)), x4)
+                            for e in cutlass.range_constexpr(4):
+                                v[e] = v[e] + dc * x4[e]
+                        cute.autovec_copy(v, cute.local_tile(mDH[b0 + b, None], (4,), (col0 // 4 + q,)))
                 # dW_C[chunk] += h[:, chunk]^T @ dc
-                for i in cutlass.range_constexpr(_slots(CHUNK * D)):
+                for i in cutlass.range_constexpr(n_wc):
                     idx = tid + i * THREADS
-                    j = idx // D
-                    s = idx - j * D
-                    if idx < CHUNK * D:
-                        v = Float32(0.0)
+                    j = idx // quads
+                    s4 = idx - j * quads
+                    if idx < CHUNK * quads:
+                        v.fill(0.0)
                         for b in cutlass.range_constexpr(Bt):
-                            v = v + sH[b, j] * sDC[b, s]
-                        f, _ = self.chunk_partial(coord_dw, col0, tid, n_ab + i)
-                        mP[cta, f] = v + rOld[n_ab + i]
+                            hj = sH[b, j]
+                            cute.autovec_copy(cute.local_tile(sDC[b, None], (4,), (s4,)), x4)
+                            for e in cutlass.range_constexpr(4):
+                                v[e] = v[e] + hj * x4[e]
+                        for e in cutlass.range_constexpr(4):
+                            v[e] = v[e] + rOldWC[i, e]
+                        cute.autovec_copy(v, cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
                 # dw[chunk] += ctx @ dout[:, chunk]
                 if tid < CHUNK:
-                    v = Float32(0.0)
+                    w_sum = Float32(0.0)
                     for b in cutlass.range_constexpr(Bt):
-                        v = v + sCtx[b] * sDout[b, tid]
-                    f, _ = self.chunk_partial(coord_dw, col0, tid, n_slots - 1)
-                    mP[cta, f] = v + rOld[n_slots - 1]
+                        w_sum = w_sum + sCtx[b] * sDout[b, tid]
+                    mP[cta, 3 * SH2 * D + col0 + tid] = w_sum + rOldW[0]
                 cute.arch.barrier()
 
         # dsigma: this CTA's sum, reduced in a fixed order
