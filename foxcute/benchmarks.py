@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _layer, mamba2, q_denoise, kan, curiosity, risk_budget, reduction
+from .checks import rel_err, to_numpy
 
 F32 = 4  # bytes per float32 / int32
 
@@ -169,6 +170,22 @@ def call_layer(case: Case, inputs: dict[str, Any], *, backend: str, precision: s
 
 def reference(case: Case, inputs: dict[str, Any]) -> list[Any]:
     return call_layer(case, inputs, backend="reference")
+
+
+def output_errors(case: Case, inputs: dict[str, Any], outputs: list[Any], reference: list[Any]) -> dict[str, float]:
+    """Each output's error against the float64 reference: ||out - ref|| / ||ref||
+    (foxcute.checks.rel_err), except Mamba2's dsigma, a sum of B*K*D signed terms that can
+    cancel by orders of magnitude: |got - ref| / max(|ref|, the terms' 2-norm) (see
+    foxcute.mamba2.dsigma_term_norm). Keys are the case's output names."""
+    errors = {name: rel_err(o, r) for name, o, r in zip(case.outputs, outputs, reference)}
+    if (case.layer, case.pass_) == ("mamba2", "backward"):
+        i = case.outputs.index("dsigma")
+        ref = float(np.asarray(reference[i], np.float64).reshape(()))
+        got = float(np.asarray(to_numpy(outputs[i]), np.float64).reshape(()))
+        args = {k: to_numpy(v) if not np.isscalar(v) else v for k, v in inputs.items()}
+        scale = max(abs(ref), mamba2.dsigma_term_norm(**args)) or 1.0  # K = 1: all terms are 0
+        errors["dsigma"] = abs(got - ref) / scale if np.isfinite(got) else float("inf")
+    return errors
 
 
 def to_device(inputs: dict[str, Any], library: str = "cupy") -> dict[str, Any]:

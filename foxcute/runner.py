@@ -318,8 +318,15 @@ def headline_markdown(run_dir: Path) -> str:
     lines = [f"From run [{run_dir.name}](papermill_runs/{run_dir.name}/summary.md): {prov.get('gpu')}, "
              f"commit `{(prov.get('git_commit') or '-')[:12]}`, copy ceiling "
              f"{_fmt(prov.get('copy_bandwidth_TBps'))} TB/s; times in microseconds (CUDA-graph replays "
-             f"where the summary says so), batch as in its parameters.", "",
-             "| layer pass | " + " | ".join(impls) + " | floor | best cute / floor | naive / best cute |",
+             f"where the summary says so), batch as in its parameters.", ""]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    not_ok = [f"{nb['name']} {nb['status']}"
+              + (f" ({nb['error'].get('ename')}: {nb['error'].get('evalue', '').splitlines()[0]})"
+                 if isinstance(nb.get("error"), dict) else "")
+              for nb in manifest["notebooks"] if nb["status"] != "ok"]
+    if not_ok:
+        lines += [f"Not every notebook of that run passed: {'; '.join(not_ok)}.", ""]
+    lines += ["| layer pass | " + " | ".join(impls) + " | floor | best cute / floor | naive / best cute |",
              "|---|" + "---|" * (len(impls) + 3)]
     for name, case in cases.items():
         cute = [t for i, t in case["times"].items() if i.startswith("cute") and t]

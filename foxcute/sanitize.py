@@ -18,7 +18,7 @@ import numpy as np
 
 from . import benchmarks
 from ._arrays import FoxcuteInputError
-from .checks import TOLERANCE, rel_err
+from .checks import TOLERANCE
 
 
 def variants(case: benchmarks.Case, backend: str) -> list[dict[str, str]]:
@@ -51,7 +51,7 @@ def main(layers: list[str]) -> int:
                 except FoxcuteInputError as exc:  # sizes this kernel does not take: nothing launched
                     print(f"{case.name:28s} {backend:6s} {options!s:40s} unsupported: {exc}", flush=True)
                     continue
-                worst = max(rel_err(o, r) for o, r in zip(outputs, reference))
+                worst = max(benchmarks.output_errors(case, inputs, outputs, reference).values())
                 ok = worst <= TOLERANCE[options.get("precision", "fp32")]
                 failures += not ok
                 print(f"{case.name:28s} {backend:6s} {options!s:40s} rel_err {worst:.1e} {'ok' if ok else 'WRONG'}",

@@ -242,6 +242,46 @@ def loop_mamba2(h_hist, h, W_A, W_B, W_C, w, sigma):
     return out
 
 
+@pytest.mark.parametrize("B,K,SH2,D", [(1, 1, 3, 1), (4, 3, 5, 2), (2, 6, 7, 3)])
+def test_dsigma_term_norm_is_the_norm_of_the_terms_dsigma_sums(rng, B, K, SH2, D):
+    a = mamba2_inputs(rng, B, K, SH2, D)
+    sigma = 0.7
+    terms = []
+    for b in range(B):
+        dctx = float(a["dout"][b] @ a["w"])
+        for s in range(D):
+            pre = [(float(a["h_hist"][b, t] @ a["W_A"][:, s]), float(a["h_hist"][b, t] @ a["W_B"][:, s]))
+                   for t in range(K)]
+            xs = [0.0]
+            for at, ut in pre:
+                xs.append(sigma * _sig(at) * xs[-1] + ut)
+            lam = dctx * float(a["h"][b] @ a["W_C"][:, s]) / D  # lam_K
+            for t in reversed(range(K)):
+                terms.append(lam * xs[t] * _sig(pre[t][0]))
+                lam *= sigma * _sig(pre[t][0])
+    args = (a["h_hist"], a["h"], a["W_A"], a["W_B"], a["W_C"], a["w"], sigma)
+    assert math.isclose(mamba2.backward(a["dout"], *args).dsigma, math.fsum(terms), rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(mamba2.dsigma_term_norm(a["dout"], *args), math.sqrt(math.fsum(v * v for v in terms)),
+                        rel_tol=1e-12, abs_tol=1e-300)
+
+
+def test_output_errors_measure_dsigma_against_its_terms_and_the_rest_plainly(rng):
+    from foxcute import benchmarks
+
+    case = next(c for c in benchmarks.CASES if (c.layer, c.pass_) == ("mamba2", "backward"))
+    inputs = case.make(rng, case.odd_sizes)
+    reference = benchmarks.reference(case, inputs)
+    i, j = case.outputs.index("dsigma"), case.outputs.index("dW_A")
+    scale = max(abs(reference[i]), mamba2.dsigma_term_norm(**inputs))
+    outputs = list(reference)
+    outputs[i] = reference[i] + 1e-3 * scale
+    outputs[j] = reference[j] * (1 + 1e-4)
+    errors = benchmarks.output_errors(case, inputs, outputs, reference)
+    assert math.isclose(errors["dsigma"], 1e-3, rel_tol=1e-6)
+    assert math.isclose(errors["dW_A"], 1e-4, rel_tol=1e-6)
+    assert errors["dh"] == 0.0
+
+
 @pytest.mark.parametrize("B,K,SH2,D", [(1, 1, 3, 1), (5, 1, 7, 3), (3, 7, 5, 5), (2, 4, 11, 6)])
 def test_mamba2_forward_matches_loops(rng, B, K, SH2, D):
     a = mamba2_inputs(rng, B, K, SH2, D)

@@ -191,3 +191,18 @@ def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
     assert row.split("|")[1:-1] == [" column_sum forward (N=3) ", " 900 ", " 4 ", " 8 ", " 2 ", " 2 ", " 225 "]
     assert "2026a_gpu" in text
     assert "| column_sum N=3 cute <= 5 us | 4 us | yes |" in text and "(1 of 1 met)" in text
+    assert "Not every notebook" not in text
+
+
+def test_the_readme_headline_names_a_notebook_that_failed(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    prov = {"gpu": "NVIDIA H200", "git_commit": "abc123", "copy_bandwidth_TBps": 4.25}
+    error = {"ename": "AssertionError", "evalue": "mamba2.backward default: dsigma 6.8e-03\nsecond line"}
+    (folder / "manifest.json").write_text(json.dumps({"notebooks": [
+        {"name": "02_correctness", "status": "failed", "error": error},
+        {"name": "03_profiling", "status": "ok"}], "provenance": prov}))
+    (folder / "results.json").write_text(json.dumps({"provenance": prov, "records": []}))
+    text = runner.headline_markdown(folder)
+    assert ("Not every notebook of that run passed: 02_correctness failed "
+            "(AssertionError: mamba2.backward default: dsigma 6.8e-03).") in text
