@@ -91,8 +91,9 @@ def test_tf32_operands_are_rounded_not_truncated(ptx):
 
 
 def test_weights_are_staged_asynchronously(ptx):
-    # W1 / Wcat are gathered into shared memory by cp.async, every copy issued before one wait.
-    for name in ("risk_budget_fp32", "risk_budget_tf32", "kan_forward_tf32", "kan_backward_tf32"):
+    # W1 / Wcat are gathered into shared memory by cp.async, every copy issued before one wait
+    # (the TF32 KAN backward reads C and Wb with 16-byte loads instead: tests/test_compile_kan.py).
+    for name in ("risk_budget_fp32", "risk_budget_tf32", "kan_forward_tf32"):
         assert re.search(r"cp\.async\.ca\.shared\.global", ptx[name]), name
         assert ptx[name].count("cp.async.wait_group") == 1, name
 
