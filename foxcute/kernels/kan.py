@@ -737,8 +737,8 @@ class KanGradReduce:
     warp 0 adds the 16 warps' sums in warp order. At the defaults (tf32: 32 x 288 columns,
     R = 128 at B=8192) that is 72 CTAs reading 4.7 MB, a thread 8 rows, all 8 loads in flight
     at once (8 warps took two dependent rounds of L2 latency; measured 4.48 us on the H200).
-    (column_sum takes at most 4096 columns: three launches, each ending in one CTA adding all
-    of its CTAs' partial rows.)"""
+    (Not kernels.column_sum: this reduce also puts each column at its place in dC | dWb and
+    drops the padding, which would otherwise take a gather kernel afterwards.)"""
 
     def __init__(self, layout: GradLayout):
         self.grads = layout
