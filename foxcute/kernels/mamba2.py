@@ -9,18 +9,20 @@ Two implementations, picked by `impl`:
          Forward: walks SH2 in CHUNK = 64 column steps; 128-bit loads of the next chunk go
          to registers while the tensor cores multiply the current one (a|u = h_hist @
          [W_A|W_B]); W_A|W_B and W_C sit in shared memory for the CTA's life where two CTAs
-         per SM still fit (the defaults). c = h @ W_C is FFMA by one thread per (sample,
-         state) pair, the same thread that then runs that pair's scan from the a|u tile in
-         shared memory; ctx is a shuffle over the sample's D lanes; out = h + ctx * w.
+         per SM still fit (the defaults). c = h @ W_C is FFMA, 4 states of a sample per
+         thread (_StateProduct), put in shared memory for the scan: one thread per (sample,
+         state) pair runs that pair's scan from the a|u tile in shared memory; ctx is a
+         shuffle over the sample's D lanes; out = h + ctx * w.
          Backward: cp.async brings the whole 64 x SH2 h_hist tile into shared memory at once
          (no registers held, 64 KB in flight per CTA at the defaults); a|u, c and
          dctx = dout @ w as in the forward; the forward scan is recomputed in registers and
          the reverse scan writes da|du over a|u; then, per SH2 chunk, dh_hist = [da|du] @
          [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
-         shared memory), dh = dout + dc @ W_C^T, dW_C += h^T dc and dw += ctx^T dout (FFMA).
-         Each CTA adds its tiles' weight gradients into its own row of a partials array in
-         tile order; `column_sum` then sums the rows in a fixed order. No float atomics:
-         bit-identical runs.
+         shared memory), dh = dout + dc @ W_C^T, dW_C += h^T dc (FFMA, 4 outputs a thread)
+         and dw += ctx^T dout. Each CTA adds its tiles' weight gradients into its own row of
+         a partials array in tile order (the row's old values loaded before any of the
+         chunk's stores); `column_sum` then sums the rows in a fixed order, in one launch.
+         No float atomics: bit-identical runs.
 "seed"   The trainer's plan, kernel by kernel: foxcute.kernels.gemm GEMMs for a|u and c, a
          batch-parallel scan (one thread per (sample, state)) giving ctx, a readout kernel;
          backward: a reverse-scan kernel giving [da|du], dc, ctx and dsigma partials, then
