@@ -130,6 +130,15 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
             cute.gemm(tiled, acc, a, b, acc)
 
 
+@cute.jit
+def _store_accumulators(thr: Any, acc: cute.Tensor, dst: cute.Tensor):
+    """dst[m, n] <- this thread's MMA accumulators acc, dst being the product's shape."""
+    coord = thr.partition_C(cute.make_identity_tensor(dst.shape))
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        m, n = coord[i]
+        dst[m, n] = acc[i]
+
+
 class _StateProduct:
     """c[b, s] = sum_k h[b, k] W_C[k, s] over a tile's Bt samples by FFMA, one CHUNK at a time.
 
@@ -424,10 +433,7 @@ class FusedForward(_TileCopies):
                 cute.arch.barrier()
 
             self.c_product.store(c_acc, sC, tid)
-            coord = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, 2 * D)))
-            for i in cutlass.range_constexpr(cute.size(acc)):
-                m, n = coord[i]
-                sAU[m, n] = acc[i]
+            _store_accumulators(thr, acc, sAU)
             cute.arch.barrier()
 
             for p in cutlass.range_constexpr(self.pairs):
@@ -621,10 +627,7 @@ class FusedBackward(_TileCopies):
                         dctx_acc[p] = dc
                 cute.arch.barrier()
             self.c_product.store(c_acc, sDC, tid)
-            coord_au = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, 2 * D)))
-            for i in cutlass.range_constexpr(cute.size(acc)):
-                m, n = coord_au[i]
-                sAU[m, n] = acc[i]
+            _store_accumulators(thr, acc, sAU)
             cute.arch.barrier()
 
             # ---- phase 2: forward scan recomputed, reverse scan; da|du overwrite a|u in place
