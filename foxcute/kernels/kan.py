@@ -90,12 +90,23 @@ class GradLayout:
 
 
 class KanConfig:
+    rows = ROWS  # batch rows of a CTA
+    threads = THREADS
+
     def __init__(self, I: int, O: int, G: int):
         self.I, self.O, self.G = I, O, G
         self.F = (G + 1) * I
         self.delta = 4.0 / (G - 1)
         self.mu = [-2.0 + g * self.delta for g in range(G)]
         self.inv_delta2 = 1.0 / (self.delta * self.delta)
+
+    def operand_tensors(self, batch: Int32, x_ptr: cute.Pointer, c_ptr: cute.Pointer,
+                        wb_ptr: cute.Pointer) -> tuple:
+        """x [B, I], C [O, I*G] and Wb [O, I] (row-major) over the kernels' raw pointers."""
+        I, O, G = self.I, self.O, self.G
+        return (cute.make_tensor(x_ptr, cute.make_layout((batch, I), stride=(I, 1))),
+                cute.make_tensor(c_ptr, cute.make_layout((O, I * G), stride=(I * G, 1))),
+                cute.make_tensor(wb_ptr, cute.make_layout((O, I), stride=(I, 1))))
 
     @cute.jit
     def stage_features(self, tid: Int32, first: Int32, batch: Int32, mX: cute.Tensor,
@@ -125,17 +136,21 @@ class KanConfig:
         cute.arch.barrier()
 
 
-class KanForwardFp32(KanConfig):
+class _ForwardLaunch:
+    """The forward kernels' launch (fp32 and tf32): y [B, O] as O/2 float2 pairs a row, one
+    CTA per `rows` rows."""
+
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, wb_ptr: cute.Pointer,
                  y_ptr: cute.Pointer, batch: Int32, stream):
-        I, O, G = self.I, self.O, self.G
-        mX = cute.make_tensor(x_ptr, cute.make_layout((batch, I), stride=(I, 1)))
-        mC = cute.make_tensor(c_ptr, cute.make_layout((O, I * G), stride=(I * G, 1)))
-        mWb = cute.make_tensor(wb_ptr, cute.make_layout((O, I), stride=(I, 1)))
+        O = self.O
+        mX, mC, mWb = self.operand_tensors(batch, x_ptr, c_ptr, wb_ptr)
         mY = cute.make_tensor(y_ptr, cute.make_layout((batch, O // 2, 2), stride=(O, 2, 1)))
         self.kernel(mX, mC, mWb, mY, batch).launch(
-            grid=[cute.ceil_div(batch, ROWS), 1, 1], block=[THREADS, 1, 1], stream=stream)
+            grid=[cute.ceil_div(batch, self.rows), 1, 1], block=[self.threads, 1, 1], stream=stream)
+
+
+class KanForwardFp32(_ForwardLaunch, KanConfig):
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mC: cute.Tensor, mWb: cute.Tensor, mY: cute.Tensor,
@@ -196,18 +211,16 @@ class KanBackwardFp32(KanConfig):
     def __call__(self, dy_ptr: cute.Pointer, x_ptr: cute.Pointer, c_ptr: cute.Pointer,
                  wb_ptr: cute.Pointer, dx_ptr: cute.Pointer, part_ptr: cute.Pointer,
                  batch: Int32, stream):
-        I, O, G = self.I, self.O, self.G
-        num_ctas = cute.ceil_div(batch, ROWS)
+        I, O = self.I, self.O
+        num_ctas = cute.ceil_div(batch, self.rows)
         mDy = cute.make_tensor(dy_ptr, cute.make_layout((batch, O), stride=(O, 1)))
-        mX = cute.make_tensor(x_ptr, cute.make_layout((batch, I), stride=(I, 1)))
-        mC = cute.make_tensor(c_ptr, cute.make_layout((O, I * G), stride=(I * G, 1)))
-        mWb = cute.make_tensor(wb_ptr, cute.make_layout((O, I), stride=(I, 1)))
+        mX, mC, mWb = self.operand_tensors(batch, x_ptr, c_ptr, wb_ptr)
         mDx = cute.make_tensor(dx_ptr, cute.make_layout((batch, I), stride=(I, 1)))
         mPart = cute.make_tensor(part_ptr, cute.make_layout(
             (num_ctas, self.grads.OP, self.grads.FP),
             stride=(self.grads.partial_len, self.grads.FP, 1)))
         self.kernel(mDy, mX, mC, mWb, mDx, mPart, batch).launch(
-            grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], stream=stream)
+            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mDy: cute.Tensor, mX: cute.Tensor, mC: cute.Tensor, mWb: cute.Tensor,
@@ -307,6 +320,9 @@ class KanTf32Config(KanConfig):
     positions 2t and 2t+1 as logical k = t and t+4 for both operands (a sum does not care
     about its order), so every fragment pair is one 64-bit shared load."""
 
+    rows = TF32_ROWS
+    threads = TF32_THREADS
+
     def __init__(self, I: int, O: int, G: int):
         super().__init__(I, O, G)
         self.I8 = _ceil(I, 8) * 8
@@ -366,21 +382,10 @@ class KanTf32Config(KanConfig):
                 xs[blk, u] = v
 
 
-class KanForwardTf32(KanTf32Config):
+class KanForwardTf32(_ForwardLaunch, KanTf32Config):
     """A warp owns 16 rows x all O outputs; lane (g, t) = (lane // 4, lane % 4) computes the
     A fragment's features itself: rows g and g+8, inputs 2t and 2t+1 of each 8-input block,
     so every basis value is computed once and lives only in registers."""
-
-    @cute.jit
-    def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, wb_ptr: cute.Pointer,
-                 y_ptr: cute.Pointer, batch: Int32, stream):
-        I, O, G = self.I, self.O, self.G
-        mX = cute.make_tensor(x_ptr, cute.make_layout((batch, I), stride=(I, 1)))
-        mC = cute.make_tensor(c_ptr, cute.make_layout((O, I * G), stride=(I * G, 1)))
-        mWb = cute.make_tensor(wb_ptr, cute.make_layout((O, I), stride=(I, 1)))
-        mY = cute.make_tensor(y_ptr, cute.make_layout((batch, O // 2, 2), stride=(O, 2, 1)))
-        self.kernel(mX, mC, mWb, mY, batch).launch(
-            grid=[cute.ceil_div(batch, TF32_ROWS), 1, 1], block=[TF32_THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mC: cute.Tensor, mWb: cute.Tensor, mY: cute.Tensor,
@@ -554,17 +559,15 @@ class KanBackwardTf32(KanTf32Config):
     def __call__(self, dy_ptr: cute.Pointer, x_ptr: cute.Pointer, c_ptr: cute.Pointer,
                  wb_ptr: cute.Pointer, dx_ptr: cute.Pointer, part_ptr: cute.Pointer,
                  batch: Int32, stream):
-        I, O, G = self.I, self.O, self.G
-        num_ctas = cute.ceil_div(batch, TF32_ROWS)
+        I, O = self.I, self.O
+        num_ctas = cute.ceil_div(batch, self.rows)
         mDy = cute.make_tensor(dy_ptr, cute.make_layout((batch, O), stride=(O, 1)))
-        mX = cute.make_tensor(x_ptr, cute.make_layout((batch, I), stride=(I, 1)))
-        mC = cute.make_tensor(c_ptr, cute.make_layout((O, I * G), stride=(I * G, 1)))
-        mWb = cute.make_tensor(wb_ptr, cute.make_layout((O, I), stride=(I, 1)))
+        mX, mC, mWb = self.operand_tensors(batch, x_ptr, c_ptr, wb_ptr)
         mDx = cute.make_tensor(dx_ptr, cute.make_layout((batch, I), stride=(I, 1)))
         mPart = cute.make_tensor(part_ptr, cute.make_layout(  # [cta, o, feature pair, 2]
             (num_ctas, self.O16, self.KP // 2, 2), stride=(self.grads.partial_len, self.KP, 2, 1)))
         self.kernel(mDy, mX, mC, mWb, mDx, mPart, batch).launch(
-            grid=[num_ctas, 1, 1], block=[TF32_THREADS, 1, 1], stream=stream)
+            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mDy: cute.Tensor, mX: cute.Tensor, mC: cute.Tensor, mWb: cute.Tensor,
