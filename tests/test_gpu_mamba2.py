@@ -6,8 +6,8 @@ capture whose replay follows new inputs."""
 import numpy as np
 import pytest
 
-from foxcute import FoxcuteInputError, mamba2
-from foxcute.checks import TOLERANCE, rel_err, to_numpy
+from foxcute import FoxcuteInputError, benchmarks, mamba2
+from foxcute.checks import TOLERANCE, rel_err
 
 pytestmark = pytest.mark.gpu
 
@@ -54,18 +54,17 @@ def saturated_inputs(rng, B, K, SH2, D, sigma):
     return x
 
 
+FORWARD, BACKWARD = (next(c for c in benchmarks.CASES if (c.layer, c.pass_) == ("mamba2", p))
+                     for p in ("forward", "backward"))
+
+
 def errors_against_reference(out, grads, inputs, dout):
-    """rel_err of out and of every gradient against the float64 reference (host inputs);
-    dsigma's against max(|ref|, the norm of its terms) (foxcute.mamba2.dsigma_term_norm)."""
-    ref_out = mamba2.forward(**inputs, backend="reference")
-    ref = mamba2.backward(dout, **inputs, backend="reference")
-    errors = {"out": rel_err(out, ref_out)}
-    for name in GRADS:
-        if name != "dsigma":
-            errors[name] = rel_err(getattr(grads, name), getattr(ref, name))
-    got = to_numpy(grads.dsigma).astype(np.float64).reshape(())
-    scale = max(abs(ref.dsigma), mamba2.dsigma_term_norm(dout, **inputs)) or 1.0  # K = 1: all terms are 0
-    errors["dsigma"] = float(abs(got - ref.dsigma) / scale) if np.isfinite(got) else float("inf")
+    """Every output's error against the float64 reference (host inputs), as
+    benchmarks.output_errors measures it: dsigma against max(|ref|, the norm of its terms)."""
+    errors = benchmarks.output_errors(FORWARD, inputs, [out], benchmarks.reference(FORWARD, inputs))
+    backward_inputs = {"dout": dout, **inputs}
+    errors.update(benchmarks.output_errors(BACKWARD, backward_inputs, list(grads),
+                                           benchmarks.reference(BACKWARD, backward_inputs)))
     return errors
 
 
