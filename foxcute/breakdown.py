@@ -31,7 +31,6 @@ import pandas as pd
 
 from . import step
 from ._arrays import array_kind
-from .checks import rel_err
 
 PROFILER = "torch.profiler (CUPTI device activity)"
 BENCH = "timing.bench per part (no kernel events recorded)"
@@ -177,8 +176,8 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
                  reference: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The headline: one record per implementation of the whole step (layer "step", pass
     "step", params the StepSizes and precision), in the profiling notebook's schema, with
-    rel_err the worst over the step's outputs against the float64 reference (that output's
-    name in "worst_output") and "timing" saying how it was timed. A failing implementation
+    rel_err the worst over the step's outputs against the float64 reference given each layer's
+    own inputs (step.reference_given; that output's name in "worst_output") and "timing" saying how it was timed. A failing implementation
     gets an "error" instead of a time.
 
     cute: straight through the kernel modules, captured in one CUDA graph, replays timed
@@ -200,7 +199,7 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
         try:
             fn, graph = _step_function(name, device, precision, impl)
             outputs = fn()
-            errors = {k: rel_err(outputs[k], reference[k]) for k in reference}
+            errors = step.rel_errors(outputs, step.reference_given(reference, host, outputs))
             row["worst_output"] = max(errors, key=errors.get)
             row["rel_err"] = errors[row["worst_output"]]
             if graph:

@@ -67,6 +67,23 @@ def test_chain_feeds_mamba2_output_to_curiosity_and_r_to_risk(ran):
     assert not np.allclose(zero_e, out["risk_budget.risk"])
 
 
+def test_reference_given_recomputes_only_the_chained_layers_from_the_given_values(ran):
+    inputs, out = ran
+    assert all(np.array_equal(v, out[k]) for k, v in step.reference_given(out, inputs, out).items())
+    moved = {**out, "mamba2.out": out["mamba2.out"] + 0.01, "curiosity.r": out["curiosity.r"] * 2}
+    given = step.reference_given(out, inputs, moved)
+    changed = {k for k in out if not np.array_equal(given[k], out[k])}
+    assert changed == {k for k in out if k.startswith(("curiosity.", "risk_budget."))}
+    _, r, _ = curiosity.reference_forward_backward(
+        moved["mamba2.out"], inputs["curiosity"]["a"],
+        *(inputs["curiosity"][k].astype(np.float64) for k in ("s_next", "W1", "b1", "W2", "b2")))
+    np.testing.assert_array_equal(given["curiosity.r"], r)
+    rb = inputs["risk_budget"]
+    risk = risk_budget.reference_forward(moved["mamba2.out"], rb["isv"].astype(np.float64), moved["curiosity.r"],
+                                         *(rb[k].astype(np.float64) for k in ("W1", "b1", "w2")), rb["b2"])
+    np.testing.assert_array_equal(given["risk_budget.risk"], risk)
+
+
 def test_iqn_bias_grads_are_column_sums(ran):
     inputs, out = ran
     iqn = inputs["iqn"]
