@@ -54,8 +54,28 @@ def test_every_kernel_and_precision_is_compiled(ptx):
 
 def test_no_atomics(ptx):
     # Batch reductions go through per-CTA partials and column_sum: bit-identical runs.
+    # (Q-denoise sums its partials in the same launch, with integer tickets: tested below.)
     for name, text in ptx.items():
-        assert not re.search(r"\b(atom|red)\.", text), name
+        if not name.startswith("q_denoise"):
+            assert not re.search(r"\b(atom|red)\.", text), name
+
+
+def test_q_denoise_reduces_the_batch_in_the_same_launch(ptx):
+    # One kernel; its only atomics are the two integer ticket draws (group, then final), each
+    # after a gpu-scope fence publishing the CTA's partial row; no float atomics, so the
+    # fixed-order sums are bit-identical. The finishers read the rows with coherent 128-bit
+    # loads (a non-coherent .nc load could see stale rows written by other CTAs), one
+    # LOADS_IN_FLIGHT batch per level, and nothing goes to local memory.
+    for name in ("q_denoise_A12_H24", "q_denoise_A5_H7"):
+        text = ptx[name]
+        assert text.count(".entry") == 1, name
+        atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", text)
+        assert atomics == ["atom.global.acq_rel.add.u32"] * 2, (name, atomics)
+        assert text.count("fence.acq_rel.gpu") == 4, name
+        row_loads = re.findall(r"ld\.global[\w.]*\.(?:v4\.(?:f32|b32)|v2\.b64)", text)
+        assert len(row_loads) == 2 * q_denoise.LOADS_IN_FLIGHT, (name, len(row_loads))
+        assert not any(".nc" in load for load in row_loads), name
+        assert not re.search(r"\b(ld|st)\.local", text), name
 
 
 def test_tf32_kernels_use_tensor_cores_and_fp32_kernels_do_not(ptx):
@@ -74,6 +94,8 @@ def test_vector_loads_where_meant(ptx):
     # KAN kernels read 4-row feature vectors, the TF32 ones 64-bit fragment pairs, from shared
     # memory; Q-denoise reads its weight rows 4 at a time (one 128-bit load per 4 FMAs).
     assert ptx["q_denoise_A12_H24"].count("ld.shared.v4") >= 4 * 12 * 24 // 4
+    # ... and its partial sums read the sample table 4 samples at a time, at any width.
+    assert ptx["q_denoise_A5_H7"].count("ld.shared.v4") >= 2 * q_denoise.SAMPLES // 4
     for name in ("risk_budget_fp32", "risk_budget_tf32", "kan_grad_reduce"):
         assert re.search(r"ld\.global(\.nc)?\.v4\.(f32|b32)", ptx[name]), name
     for name in ("kan_forward_fp32", "kan_backward_fp32"):

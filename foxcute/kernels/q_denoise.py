@@ -1,24 +1,44 @@
-"""Q-denoise MLP (A -> H -> A), spec section 2: loss and every gradient in one fused kernel,
-then one deterministic column_sum over the CTAs' partial sums.
+"""Q-denoise MLP (A -> H -> A), spec section 2: loss and every gradient in ONE launch,
+the batch reduction included (deterministic, no float atomics).
 
 Work and floor at the defaults (A=12, H=24, B=8192):
-  bytes  q, q_target read, dq written: 3*B*A*4 = 1.18 MB; weight partials 613 floats per CTA
-         written then read (64 CTAs: 0.31 MB)                 -> ~0.4 us at 4.25 TB/s
+  bytes  q, q_target read, dq written: 3*B*A*4 = 1.18 MB; weight partials 616 floats per CTA
+         written then read back from L2 (128 CTAs: 0.32 MB)   -> ~0.4 us at 4.25 TB/s
   flops  per sample 4 matvecs of H*A (z1, y, dh1, dq) + 2 outer products (dW1, dW2):
          6*H*A*2 = 3456 -> 28 MFLOP                              -> ~0.5 us at ~60 TFLOP/s FFMA
-So the layer is latency bound: what matters is one launch that does everything (a thread's
-chain of dependent work is short), plus the column_sum launch.
+So the layer is latency bound: what counts is one launch and a short chain of dependent steps
+per CTA, not bandwidth or flops.
 
-Design (one CTA = THREADS samples, one thread per sample):
+Design (CTA = THREADS = 256 threads over SAMPLES = 64 samples; grid ceil(B/64), 128 CTAs at
+the defaults, so most SMs get a share of the per-sample chains):
   1. Weights (2*H*A + H + A floats) go to shared memory; the CTA's q tile goes, coalesced, to a
-     shared "sample table" row per sample and q_target to a staging tile.
-  2. Each thread runs its sample's forward and backward in registers (fully unrolled; weights
-     read from shared memory by broadcast) and writes dz1, dy, h1 and its scaled squared error
-     to its row of the table, dq to the staging tile (copied out coalesced).
-  3. The CTA's partial gradient sums: entry j of [dW1 | db1 | dW2 | db2 | loss] is
-     sum over the CTA's samples of table[b, u(j)] * table[b, v(j)] (v = a column of ones for
-     biases and the loss). Thread t owns entries t, t+THREADS, ...: no atomics, fixed order.
-  4. column_sum (foxcute.kernels.column_sum) adds the [num_ctas, L] partials in CTA order.
+     column-major shared "sample table" and q_target to a staging tile.
+  2. Threads tid < SAMPLES each run one sample's forward and backward in registers (fully
+     unrolled; weights read from shared memory by broadcast) and write dz1, dy, h1 and the
+     scaled squared error to the sample's column of the table, dq to the staging tile (copied
+     out coalesced). The other warps wait at the barrier: a sample's chain is inherently
+     serial, and 64 chains per CTA is what halves that chain's share of the critical path
+     compared with 128 samples per CTA.
+  3. The CTA's partial sums: entry j of [dW1 | db1 | dW2 | db2 | loss] is the sum over the
+     CTA's samples of table[u(j), b] * table[v(j), b] (v = a row of ones for biases and the
+     loss). Thread t owns entries t, t+256, ... and reads both table rows 4 samples at a time
+     (128-bit shared loads), one FMA chain per sample residue mod 4, combined in a fixed order.
+     256 threads here are the point of the larger CTA: this phase is shared-memory bound.
+  4. Batch reduction, in the same launch: each CTA writes its partial row (L padded to a
+     multiple of 4, so rows are whole float4 vectors) to a work array and takes an integer
+     ticket (the only atomic) for its group of `group_size` consecutive CTAs; the group's last
+     CTA adds the group's rows in CTA order and writes a group row, then takes the final
+     ticket; the last group finisher adds the group rows in group order and writes [L]. With
+     one group the group finisher writes [L] directly. Every add happens in an order fixed by
+     B, so results are bit-identical run to run. Finishers reset their tickets to zero (the
+     self-resetting pool of _cute.tickets: no memset node, CUDA-graph capturable).
+     Why two levels and not one last CTA summing all rows: the finisher's reads all go through
+     one SM's L2 port (~64 B/clk): 128 rows x 2464 B = 315 KB is ~5000 cycles (~2.5 us) at the
+     defaults and grows with B (1025 rows, ~20 us at B=65537). With group_size ~ sqrt(CTAs),
+     the critical path reads ~2*sqrt(CTAs) rows (~12 + 11 at the defaults, ~0.5 us each) for
+     one more fence + ticket round trip (<1 us). Group count <= 255 (tickets per launch).
+     (An H200 experiment timed group sizes 4 to 32 within noise of each other at the
+     defaults, and one finisher for all 128 rows slower than any of them.)
 Samples past B have dy = 0 and a zero squared error, so they add exactly 0.
 Both precisions run this FFMA kernel: at 28 MFLOP tensor cores would buy nothing, and the
 result is full float32 either way (well inside the TF32 tolerance).
@@ -26,6 +46,7 @@ result is full float32 either way (well inside the TF32 tolerance).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import cutlass
@@ -36,10 +57,14 @@ from cutlass.memory import SmemAllocator
 from .. import _arrays
 from . import _cute
 
-# Samples per CTA. A thread's work (its sample, then ~L/THREADS partial sums over THREADS
-# samples) hardly depends on it; 128 gives one warp per scheduler and, at B=8192, 64 CTAs
-# (partial rows for column_sum).
-THREADS = 128
+THREADS = 256
+SAMPLES = 64  # samples per CTA: threads tid < SAMPLES run one each (see the module docstring)
+# Sample-table column stride in floats: a multiple of 4 (128-bit loads along samples), and
+# 4 (mod 32) banks so the phase-1 scatter of q (12 table rows per 3 samples) is nearly
+# conflict-free.
+TABLE_STRIDE = SAMPLES + 4
+LOADS_IN_FLIGHT = 16  # float4 loads per thread issued together in the final sums
+MAX_GROUPS = _cute.TICKETS_PER_LAUNCH - 1  # one ticket per group plus the final one
 MAX_A = 32  # per-thread registers hold q, y, dy, dq (A each) and z1, h1, dh1 (H each)
 MAX_H = 64
 MAX_WEIGHTS = 1024  # H*A
@@ -47,29 +72,47 @@ MAX_ELEMENTS = 2**31 - 1  # 32-bit indexing
 
 
 def num_entries(A: int, H: int) -> int:
-    """Length of one CTA's partial row: dW1 (H*A), db1 (H), dW2 (A*H), db2 (A), loss (1)."""
+    """Length of the output row: dW1 (H*A), db1 (H), dW2 (A*H), db2 (A), loss (1)."""
     return 2 * H * A + H + A + 1
+
+
+def padded_entries(A: int, H: int) -> int:
+    """Length of one work row: num_entries rounded up to whole float4 vectors."""
+    return -(-num_entries(A, H) // 4) * 4
+
+
+def reduction_grid(batch: int) -> tuple[int, int, int]:
+    """(CTAs, CTAs per group, groups): groups of about sqrt(CTAs) CTAs (the two levels of the
+    final sums read about as many rows each), at most MAX_GROUPS groups."""
+    num_ctas = -(-batch // SAMPLES)
+    group_size = max(math.isqrt(num_ctas - 1) + 1, -(-num_ctas // MAX_GROUPS))
+    return num_ctas, group_size, -(-num_ctas // group_size)
 
 
 class QDenoiseKernel:
     def __init__(self, A: int, H: int):
         self.A, self.H = A, H
         self.L = num_entries(A, H)
-        # Sample table columns: dz1 [H] | dy [A] | q [A] | one | h1 [H] | scaled squared error.
+        self.L_pad = padded_entries(A, H)
+        self.vecs = self.L_pad // 4  # float4 vectors per work row
+        self.vecs_per_thread = -(-self.vecs // THREADS)
+        self.rows_per_step = max(1, LOADS_IN_FLIGHT // self.vecs_per_thread)
+        # Sample-table rows (one column per sample):
+        # dz1 [H] | dy [A] | q [A] | one | h1 [H] | scaled squared error.
         self.c_dz1 = 0
         self.c_dy = H
         self.c_q = H + A
         self.c_one = H + 2 * A
         self.c_h1 = H + 2 * A + 1
         self.c_sq = 2 * H + 2 * A + 1
-        width = 2 * H + 2 * A + 2
-        self.row = width + 1 if width % 2 == 0 else width  # odd stride: row writes hit 32 banks
+        self.table_rows = 2 * H + 2 * A + 2
 
     @cute.jit
     def __call__(self, q_ptr: cute.Pointer, qt_ptr: cute.Pointer, w1_ptr: cute.Pointer,
                  b1_ptr: cute.Pointer, w2_ptr: cute.Pointer, b2_ptr: cute.Pointer,
-                 dq_ptr: cute.Pointer, part_ptr: cute.Pointer, batch: Int32, inv_count: Float32,
-                 stream):
+                 dq_ptr: cute.Pointer, out_ptr: cute.Pointer, work_ptr: cute.Pointer,
+                 ticket_ptr: cute.Pointer, batch: Int32, num_ctas: Int32, group_size: Int32,
+                 num_groups: Int32, inv_count: Float32, stream):
         A, H = self.A, self.H
         mQ = cute.make_tensor(q_ptr, cute.make_layout(batch * A))
         mQt = cute.make_tensor(qt_ptr, cute.make_layout(batch * A))
@@ -78,15 +121,20 @@ class QDenoiseKernel:
         mB1 = cute.make_tensor(b1_ptr, cute.make_layout(H))
         mW2 = cute.make_tensor(w2_ptr, cute.make_layout(A * H))
         mB2 = cute.make_tensor(b2_ptr, cute.make_layout(A))
-        num_ctas = cute.ceil_div(batch, THREADS)
-        mPart = cute.make_tensor(part_ptr, cute.make_layout((num_ctas, self.L), stride=(self.L, 1)))
-        self.kernel(mQ, mQt, mW1, mB1, mW2, mB2, mDq, mPart, batch, inv_count).launch(
+        mOut = cute.make_tensor(out_ptr, cute.make_layout(self.L))
+        # Rows 0 .. num_ctas-1: the CTAs' partial sums; then one row per group.
+        mWork = cute.make_tensor(work_ptr, cute.make_layout((num_ctas + num_groups, self.vecs, 4),
+                                                            stride=(self.L_pad, 4, 1)))
+        mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(num_groups + 1))
+        self.kernel(mQ, mQt, mW1, mB1, mW2, mB2, mDq, mOut, mWork, mTicket, batch, num_ctas,
+                    group_size, num_groups, inv_count).launch(
             grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mQt: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
-               mW2: cute.Tensor, mB2: cute.Tensor, mDq: cute.Tensor, mPart: cute.Tensor,
-               batch: Int32, inv_count: Float32):
+               mW2: cute.Tensor, mB2: cute.Tensor, mDq: cute.Tensor, mOut: cute.Tensor,
+               mWork: cute.Tensor, mTicket: cute.Tensor, batch: Int32, num_ctas: Int32,
+               group_size: Int32, num_groups: Int32, inv_count: Float32):
         A, H = self.A, self.H
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
@@ -95,8 +143,13 @@ class QDenoiseKernel:
         sW2 = smem.allocate_tensor(Float32, cute.make_layout((A, H), stride=(H, 1)), 16)
         sB1 = smem.allocate_tensor(Float32, cute.make_layout(H), 16)
         sB2 = smem.allocate_tensor(Float32, cute.make_layout(A), 16)
-        sTab = smem.allocate_tensor(Float32, cute.make_layout((THREADS, self.row), stride=(self.row, 1)), 16)
-        sStage = smem.allocate_tensor(Float32, cute.make_layout(THREADS * A), 16)
+        sTab = smem.allocate_tensor(Float32, cute.make_layout((self.table_rows, TABLE_STRIDE),
+                                                              stride=(TABLE_STRIDE, 1)), 16)
+        # The same table as float4 vectors of 4 consecutive samples (phase 3).
+        sTab4 = cute.make_tensor(sTab.iterator, cute.make_layout(
+            (self.table_rows, TABLE_STRIDE // 4, 4), stride=(TABLE_STRIDE, 4, 1)))
+        sStage = smem.allocate_tensor(Float32, cute.make_layout(SAMPLES * A), 16)
+        sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
 
         # 1. Weights and this CTA's q / q_target tiles into shared memory. Every load is
         #    unconditional (clamped index, value zeroed after) so the unrolled loops issue
@@ -113,25 +166,87 @@ class QDenoiseKernel:
             sB1[tid] = b1
         if tid < A:
             sB2[tid] = b2
-        first = cta * THREADS
-        valid = (batch - first) * A  # floats of q in this tile (more than the tile if not last)
+        first = cta * SAMPLES
+        tile = SAMPLES * A  # floats of q in a full tile
+        valid = cutlass.min((batch - first) * A, Int32(tile))  # ... in this tile
         last = batch * A - 1
-        for k in cutlass.range_constexpr(A):
+        for k in cutlass.range_constexpr(-(-tile // THREADS)):
             i = tid + k * THREADS
             q_val = mQ[cutlass.min(first * A + i, last)]
             qt_val = mQt[cutlass.min(first * A + i, last)]
             if i >= valid:
                 q_val = Float32(0.0)
                 qt_val = Float32(0.0)
-            sTab[i // A, self.c_q + i % A] = q_val
-            sStage[i] = qt_val
+            if i < tile:
+                sTab[self.c_q + i % A, i // A] = q_val
+                sStage[i] = qt_val
         cute.arch.barrier()
 
-        # 2. This thread's sample: forward, loss and backward in registers.
+        # 2. One sample per thread of the first SAMPLES (whole warps: the warp syncs below
+        #    see full warps): forward, loss and backward in registers.
+        if tid < SAMPLES:
+            self.sample(tid, first + tid < batch, inv_count, sW1, sW2, sB1, sB2, sTab, sStage)
+        cute.arch.barrier()
+
+        # 3. dq out (coalesced), and the CTA's partial sums of every weight gradient and the
+        #    loss into its work row (pad entries zero).
+        for k in cutlass.range_constexpr(-(-tile // THREADS)):
+            i = tid + k * THREADS
+            if i < valid:
+                mDq[first * A + i] = sStage[i]
+        for k in cutlass.range_constexpr(-(-self.L_pad // THREADS)):
+            j = tid + k * THREADS
+            if j < self.L:
+                col_u, col_v = self.entry_columns(j)
+                chains = cute.make_rmem_tensor((4,), Float32)  # one per sample residue mod 4,
+                chains.fill(0.0)  # combined in a fixed order
+                u = cute.make_rmem_tensor((4,), Float32)
+                v = cute.make_rmem_tensor((4,), Float32)
+                for b4 in cutlass.range(SAMPLES // 4, unroll_full=True):
+                    u.store(sTab4[col_u, b4, None].load())
+                    v.store(sTab4[col_v, b4, None].load())
+                    for c in cutlass.range_constexpr(4):
+                        chains[c] = chains[c] + u[c] * v[c]
+                mWork[cta, j // 4, j % 4] = (chains[0] + chains[1]) + (chains[2] + chains[3])
+            elif j < self.L_pad:
+                mWork[cta, j // 4, j % 4] = Float32(0.0)
+
+        # 4. Group level: the group's last CTA adds the group's rows in CTA order.
+        group = cta // group_size
+        group_first = group * group_size
+        members = cutlass.min(group_size, num_ctas - group_first)
+        if self.take_ticket(mTicket, group, tid, sTicket) == members - 1:
+            cute.arch.fence_acq_rel_gpu()  # acquire: the other members' rows are visible
+            acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
+            self.sum_rows(mWork, group_first, members, tid, acc)
+            if num_groups == 1:
+                self.write_out(mOut, acc, tid)
+            else:
+                # Final level: the last group finisher adds the group rows in group order.
+                for g in cutlass.range_constexpr(self.vecs_per_thread):
+                    vec = tid + g * THREADS
+                    if vec < self.vecs:
+                        mWork[num_ctas + group, vec, None].store(acc[g, None].load())
+                if self.take_ticket(mTicket, num_groups, tid, sTicket) == num_groups - 1:
+                    cute.arch.fence_acq_rel_gpu()
+                    self.sum_rows(mWork, num_ctas, num_groups, tid, acc)
+                    self.write_out(mOut, acc, tid)
+                    if tid == 0:
+                        mTicket[num_groups] = Int32(0)  # ready for the next launch / replay
+            if tid == 0:
+                mTicket[group] = Int32(0)  # every member has drawn: safe to reset
+
+    @cute.jit
+    def sample(self, tid: Int32, real: cutlass.Boolean, inv_count: Float32, sW1: cute.Tensor,
+               sW2: cute.Tensor, sB1: cute.Tensor, sB2: cute.Tensor, sTab: cute.Tensor,
+               sStage: cute.Tensor):
+        """Sample `tid` of the tile: reads q from its table column and q_target from the
+        staging tile; writes dz1, dy, h1, the scaled squared error (table) and dq (staging)."""
+        A, H = self.A, self.H
         scale = Float32(0.0)  # 1/(B*A) for a real sample, 0 for padding
-        if first + tid < batch:
+        if real:
             scale = inv_count
-        q = [sTab[tid, self.c_q + a] for a in range(A)]
+        q = [sTab[self.c_q + a, tid] for a in range(A)]
         # Weights are read as 128-bit broadcasts of 4 consecutive row entries where the row
         # length allows (A, H multiples of 4), else one at a time.
         w_vec = cute.make_rmem_tensor((4,), Float32)
@@ -176,30 +291,51 @@ class QDenoiseKernel:
         for a in cutlass.range_constexpr(A):
             sStage[tid * A + a] = dq[a]  # q_target of this sample is no longer needed
         for h in cutlass.range_constexpr(H):
-            sTab[tid, self.c_dz1 + h] = dz1[h]
-            sTab[tid, self.c_h1 + h] = h1[h]
+            sTab[self.c_dz1 + h, tid] = dz1[h]
+            sTab[self.c_h1 + h, tid] = h1[h]
         for a in cutlass.range_constexpr(A):
-            sTab[tid, self.c_dy + a] = dy[a]
-        sTab[tid, self.c_one] = Float32(1.0)
-        sTab[tid, self.c_sq] = sq * scale
-        cute.arch.barrier()
+            sTab[self.c_dy + a, tid] = dy[a]
+        sTab[self.c_one, tid] = Float32(1.0)
+        sTab[self.c_sq, tid] = sq * scale
 
-        # 3. dq out (coalesced), and the CTA's partial sums of every weight gradient and the loss.
-        for k in cutlass.range_constexpr(A):
-            i = tid + k * THREADS
-            if i < valid:
-                mDq[first * A + i] = sStage[i]
-        for k in cutlass.range_constexpr(-(-self.L // THREADS)):
-            j = tid + k * THREADS
-            if j < self.L:
-                col_u, col_v = self.entry_columns(j)
-                chains = cute.make_rmem_tensor((4,), Float32)  # independent FMA chains,
-                chains.fill(0.0)  # combined in a fixed order
-                for b4 in cutlass.range(THREADS // 4, unroll_full=True):
-                    for c in cutlass.range_constexpr(4):
-                        b = b4 * 4 + c
-                        chains[c] = chains[c] + sTab[b, col_u] * sTab[b, col_v]
-                mPart[cta, j] = (chains[0] + chains[1]) + (chains[2] + chains[3])
+    @cute.jit
+    def take_ticket(self, mTicket: cute.Tensor, t: Int32, tid: Int32, sTicket: cute.Tensor) -> Int32:
+        """Publish this CTA's global writes, then draw ticket t once for the whole CTA
+        (0, 1, ...: the CTA that draws count-1 is the last to arrive)."""
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.sync_threads()
+        if tid == 0:
+            sTicket[0] = cute.arch.atomic_add(mTicket.iterator + t, Int32(1), sem="acq_rel", scope="gpu")
+        cute.arch.sync_threads()
+        return sTicket[0]
+
+    @cute.jit
+    def sum_rows(self, mWork: cute.Tensor, first_row: Int32, count: Int32, tid: Int32, acc: cute.Tensor):
+        """acc[g] = sum of mWork[first_row + r, tid + g*THREADS] over r = 0, 1, ..., count-1,
+        added in that order. Each step issues rows_per_step rows' float4 loads before the
+        first add (rows past the end load zeros, which add exactly nothing)."""
+        acc.fill(0.0)
+        for base in cutlass.range(0, count, self.rows_per_step, unroll=1):
+            rows = cute.make_rmem_tensor((self.rows_per_step, self.vecs_per_thread, 4), Float32)
+            for r in cutlass.range_constexpr(self.rows_per_step):
+                for g in cutlass.range_constexpr(self.vecs_per_thread):
+                    vec = tid + g * THREADS
+                    if base + r < count and vec < self.vecs:
+                        rows[r, g, None].store(mWork[first_row + base + r, vec, None].load())
+                    else:
+                        rows[r, g, None].fill(0.0)
+            for r in cutlass.range_constexpr(self.rows_per_step):
+                for g in cutlass.range_constexpr(self.vecs_per_thread):
+                    acc[g, None].store(acc[g, None].load() + rows[r, g, None].load())
+
+    @cute.jit
+    def write_out(self, mOut: cute.Tensor, acc: cute.Tensor, tid: Int32):
+        """The [L] result from the thread's float4 sums (the row's pad entries dropped)."""
+        for g in cutlass.range_constexpr(self.vecs_per_thread):
+            for e in cutlass.range_constexpr(4):
+                j = (tid + g * THREADS) * 4 + e
+                if j < self.L:
+                    mOut[j] = acc[g, e]
 
     @cute.jit
     def row_chunk(self, sMat: cute.Tensor, r: int, c0: int, width: int, w_vec: cute.Tensor) -> list:
@@ -214,7 +350,7 @@ class QDenoiseKernel:
 
     @cute.jit
     def entry_columns(self, j: Int32):
-        """Sample-table columns (u, v) whose product, summed over samples, is entry j of
+        """Sample-table rows (u, v) whose product, summed over samples, is entry j of
         [dW1 (h*A+a) | db1 (h) | dW2 (a*H+h) | db2 (a) | loss]."""
         A, H = self.A, self.H
         end_dw1 = H * A
@@ -241,7 +377,8 @@ _compiled = _cute.CompiledCache()
 
 def _kernel_and_args(A: int, H: int) -> tuple[Any, tuple]:
     """The kernel object and the (fake) arguments it compiles with."""
-    return QDenoiseKernel(A, H), (*[_cute.fake_ptr() for _ in range(8)], Int32(1), Float32(1.0),
+    return QDenoiseKernel(A, H), (*[_cute.fake_ptr() for _ in range(9)], _cute.fake_ptr(Int32),
+                                  Int32(1), Int32(1), Int32(1), Int32(1), Float32(1.0),
                                   _cute.fake_stream())
 
 
@@ -254,33 +391,36 @@ def _compile(A: int, H: int, keep: bool = False) -> Any:
 
 def check_sizes(chk: _arrays.Checker) -> None:
     """Supported: 1 <= A <= 32, 1 <= H <= 64 and H*A <= 1024 (a sample's activations live in
-    registers and its four H x A matvecs are unrolled: more would spill), B*A < 2**31
-    (32-bit indexing)."""
+    registers and its four H x A matvecs are unrolled: more would spill), B*A < 2**31 and
+    a work array (one row of partial sums per 64 samples) of under 2**31 floats (32-bit
+    indexing)."""
     chk.dim_range("A", 1, MAX_A, "a sample's vectors are held in registers")
     chk.dim_range("H", 1, MAX_H, "a sample's hidden activations are held in registers")
-    chk.dim_range("H", 1, MAX_WEIGHTS // chk.dims["A"],
+    A, H = chk.dims["A"], chk.dims["H"]
+    chk.dim_range("H", 1, MAX_WEIGHTS // A,
                   f"H*A <= {MAX_WEIGHTS}: the unrolled matvecs of a sample stay in registers")
-    chk.dim_range("B", 1, MAX_ELEMENTS // chk.dims["A"], "32-bit indexing of q")
+    chk.dim_range("B", 1, MAX_ELEMENTS // A, "32-bit indexing of q")
+    work_rows = MAX_ELEMENTS // padded_entries(A, H) - MAX_GROUPS  # CTA rows + group rows
+    chk.dim_range("B", 1, SAMPLES * work_rows, "32-bit indexing of the per-CTA partial sums")
 
 
 def loss_and_grads(q, q_target, W1, b1, W2, b2, *, precision: str = "tf32"):
-    """(loss [1], dW1, db1, dW2, db2, dq) on q's current stream. The loss and the weight
-    gradients are views into one [L] array (each 16-byte aligned when A and H are
+    """(loss [1], dW1, db1, dW2, db2, dq) from one launch on q's current stream. The loss and
+    the weight gradients are views into one [L] array (each 16-byte aligned when A and H are
     multiples of 4, as at the defaults)."""
     del precision  # one FFMA kernel serves both (see the module docstring)
     B, A = q.shape
     H = W1.shape[0]
-    L = num_entries(A, H)
     kernel = _compile(A, H)
-    num_ctas = -(-B // THREADS)
+    num_ctas, group_size, num_groups = reduction_grid(B)
     dq = _arrays.empty(q, (B, A))
-    partials = _arrays.empty(q, (num_ctas, L))
-    kernel(_cute.gmem_ptr(q), _cute.gmem_ptr(q_target), _cute.gmem_ptr(W1), _cute.gmem_ptr(b1),
-           _cute.gmem_ptr(W2), _cute.gmem_ptr(b2), _cute.gmem_ptr(dq), _cute.gmem_ptr(partials),
-           Int32(B), Float32(1.0 / (B * A)), _cute.current_stream(q))
-    from .column_sum import column_sum
-
-    sums = column_sum(partials)
+    sums = _arrays.empty(q, (num_entries(A, H),))
+    work = _arrays.empty(q, ((num_ctas + num_groups) * padded_entries(A, H),))  # fully rewritten
+    tickets = _cute.tickets(q, num_groups + 1)
+    ptr = _cute.gmem_ptr
+    kernel(ptr(q), ptr(q_target), ptr(W1), ptr(b1), ptr(W2), ptr(b2), ptr(dq), ptr(sums), ptr(work),
+           ptr(tickets, Int32), Int32(B), Int32(num_ctas), Int32(group_size), Int32(num_groups),
+           Float32(1.0 / (B * A)), _cute.current_stream(q))
     o = 0
     dW1 = sums[o:o + H * A].reshape(H, A)
     o += H * A
