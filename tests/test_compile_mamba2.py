@@ -42,8 +42,8 @@ def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
 
 def _mma_a_operand_offsets(text):
     """For every TF32 mma.sync: the shared-memory byte offsets its A registers a0..a3 were
-    loaded from (through cvt.rna), relative to a0's; None where they do not trace back to
-    loads from one base register."""
+    loaded from (directly, for operands rounded to TF32 when staged, or through a cvt.rna),
+    relative to a0's; None where they do not trace back to loads from one base register."""
     loads, converts = {}, {}
     for line in text.splitlines():
         m = re.match(r"\s*ld\.shared\.[bf]32\s+(%r\d+),\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
@@ -56,12 +56,30 @@ def _mma_a_operand_offsets(text):
     flat = re.sub(r"\s+", " ", text)
     for operands in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat):
         regs = [r.strip() for r in operands.split(",")]
-        origins = [loads.get(converts.get(r)) for r in regs]
+        origins = [loads.get(converts.get(r, r)) for r in regs]
         if None in origins or len({o[0] for o in origins}) != 1:
             found.append(None)
         else:
             found.append(tuple(o[1] - origins[0][1] for o in origins))
     return found
+
+
+def _mmas_fed_by_cvt(text):
+    """For every TF32 mma.sync: whether any of its A or B registers comes from a cvt.rna."""
+    converted = set(re.findall(r"cvt\.rna\.tf32\.f32\s+(%r\d+),", text))
+    flat = re.sub(r"\s+", " ", text)
+    return [any(r.strip() in converted for r in (a + "," + b).split(","))
+            for a, b in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}, \{([^}]*)\}", flat)]
+
+
+def test_tf32_operands_staged_by_registers_are_rounded_once(ptx):
+    # The forward stages h_hist and W_A|W_B through registers, rounding them there: no MMA
+    # of it converts at the fragment load. The backward's h_hist arrives by cp.async and is
+    # converted at its loads; dh_hist = [da|du] @ [W_A|W_B]^T takes both operands as staged.
+    forward = _mmas_fed_by_cvt(ptx["fused_forward_tf32"])
+    assert forward and not any(forward)
+    backward = _mmas_fed_by_cvt(ptx["fused_backward_tf32"])
+    assert any(backward) and not all(backward)
 
 
 def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):

@@ -13,8 +13,9 @@ Two implementations, picked by `impl`:
          thread (_StateProduct), put in shared memory for the scan: one thread per (sample,
          state) pair runs that pair's scan from the a|u tile in shared memory; ctx is a
          shuffle over the sample's D lanes; out = h + ctx * w.
-         Backward: cp.async brings the whole 64 x SH2 h_hist tile into shared memory at once
-         (no registers held, 64 KB in flight per CTA at the defaults); a|u, c and
+         Backward: cp.async brings the whole 64 x SH2 h_hist tile into shared memory (no
+         registers held, 64 KB in flight per CTA at the defaults), each 64-column chunk of
+         the next tile issued during phase 3 as soon as that chunk is free; a|u, c and
          dctx = dout @ w as in the forward; the forward scan is recomputed in registers and
          the reverse scan writes da|du over a|u; then, per SH2 chunk, dh_hist = [da|du] @
          [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
@@ -31,7 +32,8 @@ Two implementations, picked by `impl`:
          dh = dout + dc W_C^T.
 
 Matrix products run on TF32 tensor cores (warp-level mma.sync m16n8k8, operands rounded
-with cvt.rna) for precision="tf32", or as exact float32 FFMA for precision="fp32"; both go
+with cvt.rna: once when staged through registers into shared memory, else at the fragment
+load) for precision="tf32", or as exact float32 FFMA for precision="fp32"; both go
 through the same CuTe tiled-MMA partitioning, so the tile code is shared. The scans, c,
 dctx and every reduction are float32 FFMA in both modes.
 """
@@ -48,6 +50,8 @@ import cuda.bindings.driver as cuda  # noqa: E402  (after _cute: it sets the tar
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32, const_expr  # noqa: E402
+
+from cutlass._mlir.dialects import llvm  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
 from .gemm import load_tf32  # noqa: E402
@@ -102,12 +106,15 @@ def _tiled_mma(tf32: bool) -> cute.TiledMma:
 
 
 def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor,
-              tf32: bool) -> None:
+              tf32: bool, a_rounded: bool = False, b_rounded: bool = False) -> None:
     """acc += sA @ sB^T for shared-memory views sA (M, Kc) and sB (N, Kc), Kc a multiple of 8.
 
     tf32: the register operands are the atom's own fragments (make_fragment_A/B: the
     m16n8k8 register order a0..a3 = (g, t), (g+8, t), (g, t+4), (g+8, t+4)), filled element
-    by element with cvt.rna. A register tensor made "like" the shared-memory partition
+    by element with cvt.rna, or bit for bit where the operand was rounded when it was put in
+    shared memory (`a_rounded`, `b_rounded`: _round_tf32 once per element, where cvt.rna at
+    the fragment load is two instructions for every warp that reads the element; same
+    bits). A register tensor made "like" the shared-memory partition
     copies its stride order instead; for a K-major A (a row pitch > 1 between the value
     modes) mma.sync then got a0, a2, a2, a1 and never a3 (seen in the PTX), which is what
     made every K-major-A product of the TF32 kernels wrong on the H200."""
@@ -118,8 +125,8 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
         rB = tiled.make_fragment_B(tCsB[None, None, 0])
         for k in range(cute.size(tCsA, mode=[2])):
             # round to nearest (cvt.rna): truncating float32 bits would bias every product
-            load_tf32(rA, tCsA[None, None, k])
-            load_tf32(rB, tCsB[None, None, k])
+            (_load_bits if a_rounded else load_tf32)(rA, tCsA[None, None, k])
+            (_load_bits if b_rounded else load_tf32)(rB, tCsB[None, None, k])
             cute.gemm(tiled, acc, rA, rB, acc)
     else:
         for k in range(cute.size(tCsA, mode=[2])):
@@ -195,6 +202,20 @@ class _StateProduct:
 
 
 @cute.jit
+def _round_tf32(x: Float32) -> Float32:
+    """x rounded to nearest TF32 (cvt.rna) and kept as float32 bits: the MMA reads the top 19
+    bits as they are (it would truncate an unrounded float32, biasing every product)."""
+    return Float32(llvm.bitcast(Float32.mlir_type, cute.arch.cvt_f32_tf32(x)))
+
+
+@cute.jit
+def _load_bits(dst: cute.Tensor, src: cute.Tensor):
+    """MMA fragment <- shared-memory operands already rounded by _round_tf32, bit for bit."""
+    for i in cutlass.range_constexpr(cute.size(dst)):
+        dst[i] = Int32(llvm.bitcast(Int32.mlir_type, src[i].ir_value()))
+
+
+@cute.jit
 def _sigmoid(a: Float32) -> Float32:
     """sigmoid(a) from e = exp(-|a|) in (0, 1], which never overflows: 1/(1+e) for a >= 0,
     e/(1+e) below (full relative accuracy on both flat ends)."""
@@ -244,8 +265,9 @@ class _TileCopies:
 
     @cute.jit
     def store_rows(self, regs: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
-                   width: cutlass.Constexpr[int]):
-        """dst[r, 0:width] <- the vectors fetch_rows put in regs."""
+                   width: cutlass.Constexpr[int], tf32: cutlass.Constexpr[bool] = False):
+        """dst[r, 0:width] <- the vectors fetch_rows put in regs, rounded to TF32 if `tf32`
+        (for a tile that only the tensor cores read: _mma_smem's a_rounded / b_rounded)."""
         tid, _, _ = cute.arch.thread_idx()
         per_row = width // 4
         for i in cutlass.range_constexpr(_slots(rows * per_row)):
@@ -253,6 +275,9 @@ class _TileCopies:
             r = idx // per_row
             q = idx - r * per_row
             if idx < rows * per_row:
+                if const_expr(tf32):
+                    for e in cutlass.range_constexpr(4):
+                        regs[e, i] = _round_tf32(regs[e, i])
                 cute.autovec_copy(regs[None, i], cute.local_tile(dst[r, None], (4,), (q,)))
 
     @cute.jit
@@ -393,7 +418,7 @@ class FusedForward(_TileCopies):
             for kc in cutlass.range_constexpr(n_chunks):
                 self.fetch_weights_ab(mWA, mWB, kc * CHUNK, rW, D)
                 self.fetch_rows(mWC, kc * CHUNK, CHUNK, 0, rWC, CHUNK, D)
-                self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D)
+                self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D, self.tf32)
                 self.store_rows(rWC, cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
 
         num_tiles = (batch + Bt - 1) // Bt
@@ -411,10 +436,10 @@ class FusedForward(_TileCopies):
                 self.fetch_weights_ab(mWA, mWB, 0, rW, D)
                 self.fetch_rows(mWC, 0, CHUNK, 0, rWC, CHUNK, D)
             for kc in cutlass.range(n_chunks, unroll=1):
-                self.store_rows(rHist, sA, TILE_ROWS, CHUNK)
+                self.store_rows(rHist, sA, TILE_ROWS, CHUNK, self.tf32)
                 self.store_rows(rH, sH, Bt, CHUNK)
                 if const_expr(not self.resident_weights):
-                    self.store_rows(rW, sW, CHUNK, 2 * D)
+                    self.store_rows(rW, sW, CHUNK, 2 * D, self.tf32)
                     self.store_rows(rWC, sWC, CHUNK, D)
                 cute.arch.barrier()
                 if kc + 1 < n_chunks:  # next chunk's loads fly while this one is multiplied
@@ -428,7 +453,7 @@ class FusedForward(_TileCopies):
                 sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
                 sWn = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, 2 * D + 8)))
-                _mma_smem(tiled, thr, acc, sA, sWn, self.tf32)
+                _mma_smem(tiled, thr, acc, sA, sWn, self.tf32, a_rounded=True, b_rounded=True)
                 self.c_product.accumulate(c_acc, sH, sWCk, tid)
                 cute.arch.barrier()
 
@@ -515,6 +540,17 @@ class FusedBackward(_TileCopies):
                     num_ctas).launch(grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream,
                                      min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
 
+    @cute.jit
+    def fetch_chunk(self, mWA: cute.Tensor, mWB: cute.Tensor, mH: cute.Tensor, mWC: cute.Tensor,
+                    mDout: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32, rW: cute.Tensor,
+                    rH: cute.Tensor, rWC: cute.Tensor, rDout: cute.Tensor):
+        """Registers <- SH2 columns col0 : col0 + CHUNK of W_A|W_B, W_C, and h, dout of the
+        tile's samples b0 : b0 + n_samples."""
+        self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
+        self.fetch_rows(mH, b0, n_samples, col0, rH, self.samples, CHUNK)
+        self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
+        self.fetch_rows(mDout, b0, n_samples, col0, rDout, self.samples, CHUNK)
+
     def ab_entry(self, coord_dw: cute.Tensor, col0: Int32, i: int) -> Int32:
         """Flat weight-gradient index of [dW_A|dW_B] accumulator entry i (trace-time Python):
         n < D: dW_A[col0 + j, n]; n >= D: dW_B[col0 + j, n - D], SH2 * D entries later."""
@@ -578,43 +614,42 @@ class FusedBackward(_TileCopies):
                 cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (tid + i * THREADS,)),
                                   cute.local_tile(sWv[0, None], (4,), (tid + i * THREADS,)))
 
+        # The first tile's whole h_hist tile in flight at once, straight into shared memory,
+        # one cp.async group per chunk so that chunk 0 is multiplied while the rest arrive.
+        # Each later tile's is issued chunk by chunk during the previous tile's phase 3, as
+        # soon as that chunk's shared memory is free, so the tile does not start by waiting.
         num_tiles = (batch + Bt - 1) // Bt
+        first_samples = cutlass.min(batch - cta * Bt, Bt)
+        for kc in cutlass.range(n_chunks, unroll=1):
+            self.copy_rows_async(mHist, cta * Bt * K, first_samples * K, kc * CHUNK,
+                                 cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)), TILE_ROWS, CHUNK)
         for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
             b0 = tile * Bt
             n_samples = cutlass.min(batch - b0, Bt)
             row0 = b0 * K
+            next_b0 = b0 + num_ctas * Bt
+            next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
 
             # ---- phase 1: a|u = h_hist @ [W_A|W_B] (h_hist tile stays), c = h @ W_C, dctx = dout @ w
             acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))
             acc.fill(0.0)
             c_acc.fill(0.0)
             dctx_acc.fill(0.0)
-            # the whole h_hist tile in flight at once, straight into shared memory, one
-            # cp.async group per chunk so that chunk 0 is multiplied while the rest arrive
-            for kc in cutlass.range(n_chunks, unroll=1):
-                self.copy_rows_async(mHist, row0, n_samples * K, kc * CHUNK,
-                                     cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)), TILE_ROWS, CHUNK)
-            self.fetch_weights_ab(mWA, mWB, 0, rW, D)
-            self.fetch_rows(mH, b0, n_samples, 0, rH, Bt, CHUNK)
-            self.fetch_rows(mWC, 0, CHUNK, 0, rWC, CHUNK, D)
-            self.fetch_rows(mDout, b0, n_samples, 0, rDout, Bt, CHUNK)
+            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
             for kc in cutlass.range(n_chunks, unroll=1):
                 sHistChunk = cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc))
                 for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
                     if kc == j:
                         cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
-                self.store_rows(rW, sW, CHUNK, 2 * D)
+                self.store_rows(rW, sW, CHUNK, 2 * D, self.tf32)
                 self.store_rows(rH, sH, Bt, CHUNK)
                 self.store_rows(rWC, sWC, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
                 cute.arch.barrier()
                 if kc + 1 < n_chunks:
-                    col1 = (kc + 1) * CHUNK
-                    self.fetch_weights_ab(mWA, mWB, col1, rW, D)
-                    self.fetch_rows(mH, b0, n_samples, col1, rH, Bt, CHUNK)
-                    self.fetch_rows(mWC, col1, CHUNK, 0, rWC, CHUNK, D)
-                    self.fetch_rows(mDout, b0, n_samples, col1, rDout, Bt, CHUNK)
-                _mma_smem(tiled, thr, acc, sHistChunk, sWn, self.tf32)
+                    self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
+                                     rW, rH, rWC, rDout)
+                _mma_smem(tiled, thr, acc, sHistChunk, sWn, self.tf32, b_rounded=True)
                 self.c_product.accumulate(c_acc, sH, sWC, tid)
                 for p in cutlass.range_constexpr(self.pairs):
                     pair = tid + p * THREADS
@@ -658,8 +693,13 @@ class FusedBackward(_TileCopies):
                         a = sAU[b * K + t, s]
                         sig = _sigmoid(a)
                         xt = xs[t]
-                        sAU[b * K + t, s] = lam * xt * sigma * _sigmoid_slope(a)
-                        sAU[b * K + t, D + s] = lam
+                        da = lam * xt * sigma * _sigmoid_slope(a)
+                        du = lam
+                        if const_expr(self.tf32):  # da|du feed only the tensor cores (dh_hist, dW)
+                            da = _round_tf32(da)
+                            du = _round_tf32(du)
+                        sAU[b * K + t, s] = da
+                        sAU[b * K + t, D + s] = du
                         dsigma = dsigma + lam * xt * sig
                         lam = lam * sigma * sig
                     sDC[b, s] = dcs
@@ -668,28 +708,22 @@ class FusedBackward(_TileCopies):
             cute.arch.barrier()
 
             # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
-            self.fetch_weights_ab(mWA, mWB, 0, rW, D)
-            self.fetch_rows(mH, b0, n_samples, 0, rH, Bt, CHUNK)
-            self.fetch_rows(mWC, 0, CHUNK, 0, rWC, CHUNK, D)
-            self.fetch_rows(mDout, b0, n_samples, 0, rDout, Bt, CHUNK)
+            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
             for kc in cutlass.range(n_chunks, unroll=1):
                 col0 = kc * CHUNK
-                self.store_rows(rW, sW, CHUNK, 2 * D)
+                self.store_rows(rW, sW, CHUNK, 2 * D, self.tf32)
                 self.store_rows(rH, sH, Bt, CHUNK)
                 self.store_rows_transposed(rWC, sWCt, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
                 cute.arch.barrier()
                 if kc + 1 < n_chunks:
-                    col1 = (kc + 1) * CHUNK
-                    self.fetch_weights_ab(mWA, mWB, col1, rW, D)
-                    self.fetch_rows(mH, b0, n_samples, col1, rH, Bt, CHUNK)
-                    self.fetch_rows(mWC, col1, CHUNK, 0, rWC, CHUNK, D)
-                    self.fetch_rows(mDout, b0, n_samples, col1, rDout, Bt, CHUNK)
+                    self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
+                                     rW, rH, rWC, rDout)
 
                 # dh_hist[rows, chunk] = [da|du] @ [W_A|W_B][chunk]^T  (sW is already (N, Kc))
                 acc_dh = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, CHUNK)))
                 acc_dh.fill(0.0)
-                _mma_smem(tiled, thr, acc_dh, sAU, sW, self.tf32)
+                _mma_smem(tiled, thr, acc_dh, sAU, sW, self.tf32, a_rounded=True, b_rounded=True)
                 coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
                 for i in cutlass.range_constexpr(cute.size(acc_dh)):
                     m, n = coord_dh[i]
@@ -718,7 +752,7 @@ class FusedBackward(_TileCopies):
                     cute.make_layout((CHUNK, TILE_ROWS), stride=(1, SH2 + 4)))
                 acc_dw = tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D)))
                 acc_dw.fill(0.0)
-                _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32)
+                _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32, b_rounded=True)
                 for i in cutlass.range_constexpr(n_ab):
                     mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_dw[i] + rOldAB[i]
 
@@ -760,6 +794,9 @@ class FusedBackward(_TileCopies):
                         w_sum = w_sum + sCtx[b] * sDout[b, tid]
                     mP[cta, 3 * SH2 * D + col0 + tid] = w_sum + rOldW[0]
                 cute.arch.barrier()
+                if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
+                    self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
+                                         cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)), TILE_ROWS, CHUNK)
 
         # dsigma: this CTA's sum, reduced in a fixed order
         warp_sum = cute.arch.warp_reduction(dsigma, operator.add)
