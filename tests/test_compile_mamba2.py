@@ -124,15 +124,21 @@ def test_batch_reductions_use_no_atomics(ptx):
         assert not re.search(r"\b(atom|red)\.", ptx[name]), name
 
 
-def _report(kind):
+def _report(kind, precision="tf32"):
     K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
-    kernel = mamba2._KERNELS[kind][0](K, SH2, D, "tf32")
+    kernel = mamba2._KERNELS[kind][0](K, SH2, D, precision)
     return _cute.ptxas_report(kernel, *mamba2._fake_args(kind))
 
 
-def test_fused_forward_keeps_everything_in_registers():
-    report = _report("fused_forward")
-    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+@pytest.mark.parametrize("precision", mamba2.PRECISIONS)
+def test_fused_forward_keeps_everything_in_registers_at_two_ctas_per_sm(precision):
+    # the persistent grid is sized for ctas_per_sm() = 2 CTAs of 256 threads per SM: more
+    # than 128 registers a thread would leave half of it waiting for a second wave
+    kernel = mamba2.FusedForward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), precision)
+    report = _report("fused_forward", precision)
+    assert report["registers"] * 256 * kernel.ctas_per_sm() <= 65536, report
+    if precision == "tf32":  # fp32 (FFMA products) spills a few bytes at the defaults: known, open
+        assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
 def test_fused_backward_fits_two_ctas_per_sm_without_spills():
