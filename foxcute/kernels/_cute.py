@@ -135,6 +135,31 @@ def tickets(x: Any, count: int) -> Any:
     return zeros[TICKETS_PER_LAUNCH * slot: TICKETS_PER_LAUNCH * slot + count]
 
 
+@cute.jit
+def sum_rows_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, count: cutlass.Int32,
+                      tid: cutlass.Int32, acc: cute.Tensor, threads: cutlass.Constexpr[int],
+                      row_vecs: cutlass.Constexpr[int], rows_per_step: cutlass.Constexpr[int]):
+    """The finishing CTA's part of a fixed-order batch reduction: acc[v, :] <- the sum of
+    float4 vector tid + v*threads of rows first_row, first_row + 1, ..., first_row + count - 1
+    of mRows [rows, row_vecs, 4], added in that order (bit-identical run to run). Each step
+    issues rows_per_step rows' loads before its first add, so they are in flight together;
+    rows past count and vectors past row_vecs read as zeros, which add exactly nothing."""
+    vecs_per_thread = cute.size(acc, mode=[0])
+    acc.fill(0.0)
+    for base in cutlass.range(0, count, rows_per_step, unroll=1):
+        rows = cute.make_rmem_tensor((rows_per_step, vecs_per_thread, 4), cutlass.Float32)
+        for r in cutlass.range_constexpr(rows_per_step):
+            for v in cutlass.range_constexpr(vecs_per_thread):
+                vec = tid + v * threads
+                if base + r < count and vec < row_vecs:
+                    rows[r, v, None].store(mRows[first_row + base + r, vec, None].load())
+                else:
+                    rows[r, v, None].fill(0.0)
+        for r in cutlass.range_constexpr(rows_per_step):
+            for v in cutlass.range_constexpr(vecs_per_thread):
+                acc[v, None].store(acc[v, None].load() + rows[r, v, None].load())
+
+
 def ptxas_report(jit_fn: Callable, *args: Any) -> dict[str, int]:
     """Compile once more with ptxas' remarks on and return its resource report for the
     kernel: registers, stack frame and spill bytes (what CI checks: no spills)."""

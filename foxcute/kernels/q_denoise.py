@@ -218,7 +218,7 @@ class QDenoiseKernel:
         if self.take_ticket(mTicket, group, tid, sTicket) == members - 1:
             cute.arch.fence_acq_rel_gpu()  # acquire: the other members' rows are visible
             acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
-            self.sum_rows(mWork, group_first, members, tid, acc)
+            _cute.sum_rows_in_order(mWork, group_first, members, tid, acc, THREADS, self.vecs, self.rows_per_step)
             if num_groups == 1:
                 self.write_out(mOut, acc, tid)
             else:
@@ -229,7 +229,8 @@ class QDenoiseKernel:
                         mWork[num_ctas + group, vec, None].store(acc[g, None].load())
                 if self.take_ticket(mTicket, num_groups, tid, sTicket) == num_groups - 1:
                     cute.arch.fence_acq_rel_gpu()
-                    self.sum_rows(mWork, num_ctas, num_groups, tid, acc)
+                    _cute.sum_rows_in_order(mWork, num_ctas, num_groups, tid, acc, THREADS, self.vecs,
+                                            self.rows_per_step)
                     self.write_out(mOut, acc, tid)
                     if tid == 0:
                         mTicket[num_groups] = Int32(0)  # ready for the next launch / replay
@@ -308,25 +309,6 @@ class QDenoiseKernel:
             sTicket[0] = cute.arch.atomic_add(mTicket.iterator + t, Int32(1), sem="acq_rel", scope="gpu")
         cute.arch.sync_threads()
         return sTicket[0]
-
-    @cute.jit
-    def sum_rows(self, mWork: cute.Tensor, first_row: Int32, count: Int32, tid: Int32, acc: cute.Tensor):
-        """acc[g] = sum of mWork[first_row + r, tid + g*THREADS] over r = 0, 1, ..., count-1,
-        added in that order. Each step issues rows_per_step rows' float4 loads before the
-        first add (rows past the end load zeros, which add exactly nothing)."""
-        acc.fill(0.0)
-        for base in cutlass.range(0, count, self.rows_per_step, unroll=1):
-            rows = cute.make_rmem_tensor((self.rows_per_step, self.vecs_per_thread, 4), Float32)
-            for r in cutlass.range_constexpr(self.rows_per_step):
-                for g in cutlass.range_constexpr(self.vecs_per_thread):
-                    vec = tid + g * THREADS
-                    if base + r < count and vec < self.vecs:
-                        rows[r, g, None].store(mWork[first_row + base + r, vec, None].load())
-                    else:
-                        rows[r, g, None].fill(0.0)
-            for r in cutlass.range_constexpr(self.rows_per_step):
-                for g in cutlass.range_constexpr(self.vecs_per_thread):
-                    acc[g, None].store(acc[g, None].load() + rows[r, g, None].load())
 
     @cute.jit
     def write_out(self, mOut: cute.Tensor, acc: cute.Tensor, tid: Int32):
