@@ -102,6 +102,21 @@ def load_tf32(dst: cute.Tensor, src: cute.Tensor, apply_relu: cutlass.Constexpr 
 
 
 @cute.jit
+def round_tf32(x: Float32) -> Float32:
+    """x rounded to nearest TF32 (cvt.rna) and kept as float32 bits, for operands rounded once
+    when staged into shared memory: the MMA reads the top 19 bits as they are (it would
+    truncate an unrounded float32, biasing every product)."""
+    return Float32(llvm.bitcast(Float32.mlir_type, cute.arch.cvt_f32_tf32(x)))
+
+
+@cute.jit
+def load_bits(dst: cute.Tensor, src: cute.Tensor):
+    """Fragment load of operands already rounded by round_tf32, bit for bit."""
+    for i in cutlass.range_constexpr(cute.size(dst)):
+        dst[i] = Int32(llvm.bitcast(Int32.mlir_type, src[i].ir_value()))
+
+
+@cute.jit
 def load_tf32_split(hi: cute.Tensor, lo: cute.Tensor, src: cute.Tensor):
     """x = hi + lo with both parts TF32 (3xTF32): hi*hi + hi*lo + lo*hi carries ~21 bits."""
     for i in cutlass.range_constexpr(cute.size(hi)):

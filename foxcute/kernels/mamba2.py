@@ -51,10 +51,8 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32, const_expr  # noqa: E402
 
-from cutlass._mlir.dialects import llvm  # noqa: E402
-
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
-from .gemm import load_tf32  # noqa: E402
+from .gemm import load_bits, load_tf32, round_tf32  # noqa: E402
 
 IMPLS = ("fused", "seed")
 PRECISIONS = ("tf32", "fp32")
@@ -112,7 +110,7 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
     tf32: the register operands are the atom's own fragments (make_fragment_A/B: the
     m16n8k8 register order a0..a3 = (g, t), (g+8, t), (g, t+4), (g+8, t+4)), filled element
     by element with cvt.rna, or bit for bit where the operand was rounded when it was put in
-    shared memory (`a_rounded`, `b_rounded`: _round_tf32 once per element, where cvt.rna at
+    shared memory (`a_rounded`, `b_rounded`: round_tf32 once per element, where cvt.rna at
     the fragment load is two instructions for every warp that reads the element; same
     bits). A register tensor made "like" the shared-memory partition
     copies its stride order instead; for a K-major A (a row pitch > 1 between the value
@@ -125,8 +123,8 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
         rB = tiled.make_fragment_B(tCsB[None, None, 0])
         for k in range(cute.size(tCsA, mode=[2])):
             # round to nearest (cvt.rna): truncating float32 bits would bias every product
-            (_load_bits if a_rounded else load_tf32)(rA, tCsA[None, None, k])
-            (_load_bits if b_rounded else load_tf32)(rB, tCsB[None, None, k])
+            (load_bits if a_rounded else load_tf32)(rA, tCsA[None, None, k])
+            (load_bits if b_rounded else load_tf32)(rB, tCsB[None, None, k])
             cute.gemm(tiled, acc, rA, rB, acc)
     else:
         for k in range(cute.size(tCsA, mode=[2])):
@@ -202,20 +200,6 @@ class _StateProduct:
 
 
 @cute.jit
-def _round_tf32(x: Float32) -> Float32:
-    """x rounded to nearest TF32 (cvt.rna) and kept as float32 bits: the MMA reads the top 19
-    bits as they are (it would truncate an unrounded float32, biasing every product)."""
-    return Float32(llvm.bitcast(Float32.mlir_type, cute.arch.cvt_f32_tf32(x)))
-
-
-@cute.jit
-def _load_bits(dst: cute.Tensor, src: cute.Tensor):
-    """MMA fragment <- shared-memory operands already rounded by _round_tf32, bit for bit."""
-    for i in cutlass.range_constexpr(cute.size(dst)):
-        dst[i] = Int32(llvm.bitcast(Int32.mlir_type, src[i].ir_value()))
-
-
-@cute.jit
 def _sigmoid(a: Float32) -> Float32:
     """sigmoid(a) from e = exp(-|a|) in (0, 1], which never overflows: 1/(1+e) for a >= 0,
     e/(1+e) below (full relative accuracy on both flat ends)."""
@@ -277,7 +261,7 @@ class _TileCopies:
             if idx < rows * per_row:
                 if const_expr(tf32):
                     for e in cutlass.range_constexpr(4):
-                        regs[e, i] = _round_tf32(regs[e, i])
+                        regs[e, i] = round_tf32(regs[e, i])
                 cute.autovec_copy(regs[None, i], cute.local_tile(dst[r, None], (4,), (q,)))
 
     @cute.jit
@@ -696,8 +680,8 @@ class FusedBackward(_TileCopies):
                         da = lam * xt * sigma * _sigmoid_slope(a)
                         du = lam
                         if const_expr(self.tf32):  # da|du feed only the tensor cores (dh_hist, dW)
-                            da = _round_tf32(da)
-                            du = _round_tf32(du)
+                            da = round_tf32(da)
+                            du = round_tf32(du)
                         sAU[b * K + t, s] = da
                         sAU[b * K + t, D + s] = du
                         dsigma = dsigma + lam * xt * sig
