@@ -237,6 +237,12 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _targets_table(targets: list[dict[str, Any]], not_met: str) -> list[str]:
+    """The issues' performance targets as measured (results' "targets"), a markdown table."""
+    return ["| target | measured | met |", "|---|---|---|",
+            *(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else not_met} |" for t in targets)]
+
+
 def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str, Any]) -> str:
     prov = results["provenance"]
     lines = [f"# Run {run_name}", ""]
@@ -263,12 +269,10 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
             err = f"error: {r['error'].split(':')[0]}" if r.get("error") else _fmt(r.get("rel_err"))
             lines.append(f"| {r['layer']} | {r['pass']} | {r['impl']} | {params} | {_fmt(r.get('time_us'))} "
                          f"| {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {err} |")
-    if results.get("targets"):
-        met = sum(1 for t in results["targets"] if t["met"])
+    targets = results.get("targets", [])
+    if targets:
         lines += ["", "## Performance targets (measured, not asserted)", "",
-                  f"{met} of {len(results['targets'])} met.", "",
-                  "| target | measured | met |", "|---|---|---|"]
-        lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'NO'} |" for t in results["targets"]]
+                  f"{sum(t['met'] for t in targets)} of {len(targets)} met.", "", *_targets_table(targets, "NO")]
     if results["checks"]:
         failed = [c for c in results["checks"] if not c.get("ok")]
         lines += ["", "## Checks", "", f"{len(results['checks'])} checks, {len(failed)} failed."]
@@ -339,10 +343,9 @@ def headline_markdown(run_dir: Path) -> str:
                      f"| {_fmt(speedup)} |")
     targets = results.get("targets", [])
     if targets:
-        met = sum(1 for t in targets if t["met"])
-        lines += ["", f"The issues' performance targets, as measured in that run ({met} of {len(targets)} met):", "",
-                  "| target | measured | met |", "|---|---|---|"]
-        lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |" for t in targets]
+        lines += ["", f"The issues' performance targets, as measured in that run "
+                      f"({sum(t['met'] for t in targets)} of {len(targets)} met):", "",
+                  *_targets_table(targets, "no")]
     return "\n".join(lines) + "\n"
 
 
