@@ -177,8 +177,8 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
     """The headline: one record per implementation of the whole step (layer "step", pass
     "step", params the StepSizes and precision), in the profiling notebook's schema, with
     rel_err the worst over the step's outputs against the float64 reference given each layer's
-    own inputs (step.reference_given; that output's name in "worst_output") and "timing" saying how it was timed. A failing implementation
-    gets an "error" instead of a time.
+    own inputs (step.reference_given; that output's name in "worst_output") and "timing"
+    saying how it was timed. A failing implementation gets an "error" instead of a time.
 
     cute: straight through the kernel modules, captured in one CUDA graph, replays timed
     (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run.

@@ -53,15 +53,27 @@ def test_outputs_have_the_right_shapes_and_are_finite(ran):
         assert np.all(np.isfinite(out[name])), name
 
 
+def curiosity_r(inputs, s):
+    """curiosity's per-sample r on state s, by the layer's own float64 reference."""
+    c = inputs["curiosity"]
+    _, r, _ = curiosity.reference_forward_backward(
+        s, c["a"], *(c[k].astype(np.float64) for k in ("s_next", "W1", "b1", "W2", "b2")))
+    return r
+
+
+def risk(inputs, h, e):
+    """The risk head on trunk h and prediction error e, by its own float64 reference."""
+    rb = inputs["risk_budget"]
+    return risk_budget.reference_forward(h, rb["isv"].astype(np.float64), e,
+                                         *(rb[k].astype(np.float64) for k in ("W1", "b1", "w2")), rb["b2"])
+
+
 def test_chain_feeds_mamba2_output_to_curiosity_and_r_to_risk(ran):
     inputs, out = ran
-    c, rb = inputs["curiosity"], inputs["risk_budget"]
-    _, r, _ = curiosity.reference_forward_backward(
-        out["mamba2.out"], c["a"], *(c[k].astype(np.float64) for k in ("s_next", "W1", "b1", "W2", "b2")))
+    rb = inputs["risk_budget"]
+    r = curiosity_r(inputs, out["mamba2.out"])
     np.testing.assert_array_equal(out["curiosity.r"], r)
-    risk = risk_budget.reference_forward(out["mamba2.out"], rb["isv"].astype(np.float64), r,
-                                         *(rb[k].astype(np.float64) for k in ("W1", "b1", "w2")), rb["b2"])
-    np.testing.assert_array_equal(out["risk_budget.risk"], risk)
+    np.testing.assert_array_equal(out["risk_budget.risk"], risk(inputs, out["mamba2.out"], r))
     # e = r matters: with e = 0 the risk differs
     zero_e = risk_budget.forward(out["mamba2.out"], rb["isv"], np.zeros(SIZES.B), rb["W1"], rb["b1"], rb["w2"], rb["b2"])
     assert not np.allclose(zero_e, out["risk_budget.risk"])
@@ -74,14 +86,8 @@ def test_reference_given_recomputes_only_the_chained_layers_from_the_given_value
     given = step.reference_given(out, inputs, moved)
     changed = {k for k in out if not np.array_equal(given[k], out[k])}
     assert changed == {k for k in out if k.startswith(("curiosity.", "risk_budget."))}
-    _, r, _ = curiosity.reference_forward_backward(
-        moved["mamba2.out"], inputs["curiosity"]["a"],
-        *(inputs["curiosity"][k].astype(np.float64) for k in ("s_next", "W1", "b1", "W2", "b2")))
-    np.testing.assert_array_equal(given["curiosity.r"], r)
-    rb = inputs["risk_budget"]
-    risk = risk_budget.reference_forward(moved["mamba2.out"], rb["isv"].astype(np.float64), moved["curiosity.r"],
-                                         *(rb[k].astype(np.float64) for k in ("W1", "b1", "w2")), rb["b2"])
-    np.testing.assert_array_equal(given["risk_budget.risk"], risk)
+    np.testing.assert_array_equal(given["curiosity.r"], curiosity_r(inputs, moved["mamba2.out"]))
+    np.testing.assert_array_equal(given["risk_budget.risk"], risk(inputs, moved["mamba2.out"], moved["curiosity.r"]))
 
 
 def test_iqn_bias_grads_are_column_sums(ran):
