@@ -719,7 +719,8 @@ class KanBackwardTf32(KanTf32Config):
         if sTicket[0] == 1:
             block_first = blk * (num_chunks + num_groups)
             acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
-            self.sum_rows(mWork, block_first + group_first, members, tid, acc)
+            _cute.sum_rows_in_order(mWork, block_first + group_first, members, tid, acc, BWD_THREADS,
+                                    self.row_vecs, self.rows_per_step)
             if num_groups == 1:
                 self.write_out(mSums, acc, tid, blk)
             else:
@@ -735,7 +736,8 @@ class KanBackwardTf32(KanTf32Config):
                                                       sem="acq_rel", scope="gpu")
                 cute.arch.barrier()
                 if sTicket[0] == num_groups - 1:
-                    self.sum_rows(mWork, block_first + num_chunks, num_groups, tid, acc)
+                    _cute.sum_rows_in_order(mWork, block_first + num_chunks, num_groups, tid, acc, BWD_THREADS,
+                                            self.row_vecs, self.rows_per_step)
                     self.write_out(mSums, acc, tid, blk)
                     if tid == 0:
                         mTicket[final_at] = Int32(0)  # ready for the next launch / replay
@@ -962,25 +964,6 @@ class KanBackwardTf32(KanTf32Config):
                         lin[k] = lin[k] + dfeat * dsilu[k]
         # dphi/dx = phi * (-2 (x - mu) / delta^2) = phi * (u - gb) * (-2 / delta)
         return [gauss[k] * Float32(-2.0 / self.delta) + lin[k] for k in range(self.xv)]
-
-    @cute.jit
-    def sum_rows(self, mWork: cute.Tensor, first_row: Int32, count: Int32, tid: Int32, acc: cute.Tensor):
-        """acc[v] = sum of mWork[first_row + r, tid + v*BWD_THREADS] over r = 0, 1, ...,
-        count-1, added in that order; rows_per_step rows' loads issued before the first add
-        (rows past the end load nothing and add zeros)."""
-        acc.fill(0.0)
-        for base in cutlass.range(0, count, self.rows_per_step, unroll=1):
-            rows = cute.make_rmem_tensor((self.rows_per_step, self.vecs_per_thread, 4), Float32)
-            for r in cutlass.range_constexpr(self.rows_per_step):
-                for v in cutlass.range_constexpr(self.vecs_per_thread):
-                    vec = tid + v * BWD_THREADS
-                    if base + r < count and vec < self.row_vecs:
-                        rows[r, v, None].store(mWork[first_row + base + r, vec, None].load())
-                    else:
-                        rows[r, v, None].fill(0.0)
-            for r in cutlass.range_constexpr(self.rows_per_step):
-                for v in cutlass.range_constexpr(self.vecs_per_thread):
-                    acc[v, None].store(acc[v, None].load() + rows[r, v, None].load())
 
     @cute.jit
     def write_out(self, mSums: cute.Tensor, acc: cute.Tensor, tid: Int32, blk: Int32):
