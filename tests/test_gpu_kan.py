@@ -12,9 +12,10 @@ pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
 
-# (B, I, O, G): defaults, batch 1 / 7 / around CTA multiples, other widths and grids.
+# (B, I, O, G): defaults, batch 1 / 7 / around CTA multiples, other widths and grids (the last:
+# the TF32 backward's 16-row warps with several groups of chunks).
 SIZES = [(8192, 32, 32, 8), (1, 32, 32, 8), (7, 32, 32, 8), (8191, 32, 32, 8), (65537, 32, 32, 8),
-         (100, 5, 6, 3), (50, 16, 48, 12), (129, 1, 2, 2), (300, 64, 16, 4)]
+         (100, 5, 6, 3), (50, 16, 48, 12), (129, 1, 2, 2), (300, 64, 16, 4), (4097, 16, 48, 12)]
 
 
 def random_inputs(rng, B, I, O, G):
@@ -109,8 +110,9 @@ def test_cuda_graph_replay_updates_outputs(rng):
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
 def test_cupy_graph_replay_of_backward_updates_grads(rng, precision):
-    # In a graph the grad reduce is a programmatic dependent launch of the backward kernel:
-    # it must still see every partial of the replay it belongs to.
+    # In a graph, tf32: one launch whose tickets are reset by its finishers for the next replay;
+    # fp32: the grad reduce is a programmatic dependent launch of the backward kernel and must
+    # still see every partial of the replay it belongs to.
     from foxcute import timing
 
     inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, 8192, 32, 32, 8).items()}
@@ -135,15 +137,14 @@ def test_cupy_graph_replay_of_backward_updates_grads(rng, precision):
             assert rel_err(o, r) <= TOLERANCE[precision], name
 
 
-@pytest.mark.parametrize("precision", ["tf32", "fp32"])
 @pytest.mark.parametrize("rows,O,I,G", [(1, 32, 32, 8), (7, 6, 5, 3), (1025, 48, 16, 12)])
-def test_grad_reduce_adds_every_row_once_into_place(rows, O, I, G, precision):
-    # Small integers, so float32 sums are exact: a dropped, doubled or misplaced row or column
-    # shows up as an exact mismatch. Partial column o*FP + g*IP + i holds dC[o, i*G+g]
-    # (g < G) or dWb[o, i] (g == G); other columns are padding.
+def test_grad_reduce_adds_every_row_once_into_place(rows, O, I, G):
+    # The fp32 backward's grad reduce. Small integers, so float32 sums are exact: a dropped,
+    # doubled or misplaced row or column shows up as an exact mismatch. Partial column
+    # o*FP + g*IP + i holds dC[o, i*G+g] (g < G) or dWb[o, i] (g == G); others are padding.
     from foxcute.kernels import _cute, kan as kernels
 
-    layout = kernels.GradLayout(O, I, G, precision)
+    layout = kernels.GradLayout(O, I, G)
     partials = (np.arange(rows)[:, None] % 7 + np.arange(layout.partial_len)[None, :] % 5).astype(np.float32)
     totals = partials.astype(np.float64).sum(0)
     p = cp.asarray(partials)
@@ -157,6 +158,25 @@ def test_grad_reduce_adds_every_row_once_into_place(rows, O, I, G, precision):
     out = sums.get()
     np.testing.assert_array_equal(out[:O * I * G], dC.astype(np.float32).ravel())
     np.testing.assert_array_equal(out[layout.dwb_at:], dWb.astype(np.float32).ravel())
+
+
+@pytest.mark.parametrize("B,I,O,G", [(65537, 32, 32, 8), (4097, 16, 48, 12)])
+def test_tf32_backward_leaves_its_tickets_at_zero(rng, B, I, O, G):
+    # The one-launch TF32 backward counts finished CTAs on tickets from the shared pool
+    # (several groups per input block at these sizes); its finishers must reset them, or the
+    # launch that next gets that pool slot would see a wrong count.
+    from foxcute.kernels import _cute
+
+    inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, B, I, O, G).items()}
+    dy = cp.asarray(rng.standard_normal((B, O), dtype=np.float32))
+    foxcute.kan.backward(dy, **inputs, backend="cute", precision="tf32")  # the pool exists now
+    pool = _cute._ticket_pools[("cupy", dy.device.id)]
+    for _ in range(3):
+        slot = pool[1]  # the slot this launch takes
+        foxcute.kan.backward(dy, **inputs, backend="cute", precision="tf32")
+        cp.cuda.Device().synchronize()
+        used = pool[0][_cute.TICKETS_PER_LAUNCH * slot:_cute.TICKETS_PER_LAUNCH * (slot + 1)]
+        assert not cp.any(used), used.get()
 
 
 def test_rejects_unsupported_sizes_before_launch(rng):

@@ -12,13 +12,12 @@ Work and floor at the defaults (I=32, O=32, G=8 -> F=288, B=8192):
   forward   bytes x + y: 2*B*32*4 = 2.1 MB (0.5 us at 4.25 TB/s); flops 2*B*F*O = 151 MFLOP
             (+ B*F = 2.4 M exps on the MUFU unit, ~0.3 us)
             -> TF32 tensor cores: memory/latency bound (~1 us); FFMA: ~2.4 us at ~62 TFLOP/s
-  backward  bytes x, dy, dx: 3.1 MB, plus the dWcat partials F*O*4 = 36.9 KB per CTA written
-            and read once (128 CTAs: 4.7 MB) -> ~1.9 us; flops 2 * 151 MFLOP (dWcat, dfeat)
-            -> TF32: bound by those bytes (~2 us); FFMA: ~4.9 us
-The dWcat partials (one row of O*F floats, padded, per CTA; see GradLayout) are summed by
-KanGradReduce in a fixed order: deterministic, no atomics.
+  backward  bytes x, dy, dx: 3.1 MB (0.8 us); flops 2 * 151 MFLOP (dWcat, dfeat): TF32 tensor
+            cores, latency bound; FFMA: ~4.9 us. The batch reduction of dWcat is per-CTA
+            partial rows summed in a fixed order (deterministic, no float atomics).
 
-fp32 (FFMA; a CTA of 256 threads takes ROWS=64 rows):
+fp32 (FFMA; a CTA of 256 threads takes ROWS=64 rows; partial rows summed by KanGradReduce,
+a programmatic dependent launch):
   1. x (and dy) tiles into shared memory; thread (row, input) computes that input's G+1
      features into sFeat[f, row] (feature-major, row stride ROWS+4: 128-bit loads of 4 rows).
   forward: thread (4 rows, 2 outputs) accumulates 8 outputs over F with one 128-bit and one
@@ -27,63 +26,120 @@ fp32 (FFMA; a CTA of 256 threads takes ROWS=64 rows):
      f = l, l+32, ...; each sums dy[r, o]*feat[f, r] over the CTA's rows, 4 rows per 128-bit
      load. (b) dx: thread (4 rows, input i) accumulates dfeat for its G+1 features over O,
      then dx = sum_g dfeat_g * phi_g * (-2 (x - mu_g) / delta^2) + dfeat_G * silu'(x).
-tf32 (mma.sync m16n8k8, 4 warps = 64 rows a CTA): see KanTf32Config, KanForwardTf32 and
-  KanBackwardTf32. The forward gathers Wcat into shared memory by cp.async (issued at once,
-  waited for once) and computes its A fragments' basis values in registers; the backward
-  reads C and Wb with coalesced 16-byte loads and stores them transposed (WeightGatherPlan).
+
+tf32 forward (mma.sync m16n8k8, 4 warps = 64 rows a CTA; KanTf32Config, KanForwardTf32):
+  Wcat gathered into shared memory by cp.async (issued at once, waited for once), A
+  fragments' basis values computed in registers.
+
+tf32 backward: ONE launch, the batch reduction included (KanBackwardTf32).
+  Before (commit e2a8f84; H200 run 20261129T164734Z): 15.3 us graph-replayed = backward kernel
+  11.7 + KanGradReduce 3.2 (PDL) + gap. Per CTA (64 rows, 4 warps: ONE warp per scheduler):
+  52 KB loaded (C 32 KB, read by all 128 CTAs), 9216 weights stored transposed and 18432
+  features stored to shared memory, 288 MMAs and 4240 SASS instructions per warp, x re-read
+  from global memory before phase (b), a 36.9 KB partial row (4.7 MB in all, read again by
+  the reduce). Where the 11.7 us went (estimate): a lone warp per scheduler issues its 4240
+  instructions at ~0.3-0.4 IPC (every load, MUFU, MMA and barrier latency exposed: ~5-7 us),
+  three dependent global round trips (~1.5 us), 6.7 MB of staging reads plus the 4.7 MB of
+  partials through L2 (~1.5 us), launch and drain (~1 us); the reduce then re-read 4.7 MB.
+  Now: CTA = (chunk of 256 rows, input block of 8 inputs), 8 warps of 32 rows (B=8192: 32
+  x 4 = 128 CTAs, one wave, 2 warps per scheduler; 16-row warps where G >= 10 or O is wide,
+  see warp_rows). A block's features f = gb*8 + i need only
+  that block's 8 inputs (C and Wb columns: 9 KB, not 36 KB) and give complete dx for them, so
+  no cross-CTA sum of dx; the partial row shrinks 4x (2304 floats: 1.2 MB in all). Per CTA:
+  49 KB loaded, all before the first barrier (x and dy straight to the lanes / the warp's own
+  shared rows, 128-bit); features computed once into registers (5 ex2 + 1 rcp per x value by
+  an exp recurrence, vs 9 + a division); 152 MMAs a warp (72 + 80), both phases laid out so
+  a lane's features are exactly its B fragments (phase a) and the dfeat it needs (phase b);
+  1435 SASS instructions a warp to its last store (3.0x fewer; 2 warps per scheduler hide
+  each other's latencies). The reduction (q_denoise's pattern): each CTA stores its partial
+  row, draws its group's ticket before phase (b) and reads it after, so that round trip is
+  hidden; the group's last CTA sums the group's rows (~sqrt(chunks) = 6 at the defaults) in
+  chunk order, the block's last group finisher the group rows in group order (4 blocks
+  finish in parallel on 4 SMs); tickets from _cute.tickets, reset by the finishers.
+  Predicted, graph-replayed at the defaults: loads ~1 us (6.3 MB through L2) + phases a/b
+  ~2-3 us (2 x 1435 issue slots a scheduler, MMA and MUFU pipes ~0.6 / 0.4 us) + the finish
+  ~2 us (~55 KB read, group row, fence + final ticket, ~55 KB read: about four L2 round
+  trips on one SM per block) + launch ~0.5 us: a kernel of ~6 us, the layer ~6.5-7 us (~9 us if, as with the old
+  kernel, this model is a third too optimistic).
+  Considered and not taken: a cluster/DSMEM first level (fewer round trips, but 8-CTA
+  clusters at one CTA per SM must fit the GPCs, unverifiable here), finishers that spin on
+  other CTAs (a forward-progress assumption), one finish level (295 KB through one SM,
+  ~2.3 us at 64 B/clk and 19 us at B = 65537).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
+from cutlass._mlir.dialects import llvm
 from cutlass.memory import SmemAllocator
 
 from .. import _arrays
 from . import _cute
 
 THREADS = 256
-ROWS = 64  # rows of a CTA: B=8192 gives 128 CTAs, one wave on an H200
+ROWS = 64  # fp32: rows of a CTA: B=8192 gives 128 CTAs, one wave on an H200
 ROW_PAD = ROWS + 4  # feature-major tiles: 4-row vectors stay 16-byte aligned, rows spread over banks
 REDUCE_ROW_GROUPS = 16  # grad reduce: warps of a CTA that split the partial rows (8 rows each at B=8192)
 MAX_ACC = 64  # fp32: accumulators a thread may hold
-MAX_TF32_ACC = 128  # tf32 backward: MMA accumulator registers (72 at the defaults, no spills)
 MAX_SMEM_BYTES = 200 * 1024
 MAX_ELEMENTS = 2**31 - 1
-TF32_WARPS = 4
+TF32_WARPS = 4  # tf32 forward
 TF32_THREADS = TF32_WARPS * 32
-TF32_ROWS = TF32_WARPS * 16  # a warp owns one 16-row MMA tile: B=8192 -> 128 CTAs
+TF32_ROWS = TF32_WARPS * 16  # forward: a warp owns one 16-row MMA tile: B=8192 -> 128 CTAs
+# tf32 backward (KanBackwardTf32)
+INPUT_BLOCK = 8  # inputs of a CTA: one MMA feature tile of each basis function
+BWD_WARPS = 8
+BWD_THREADS = BWD_WARPS * 32
+MAX_HELD_FEATURES = 80  # feature registers a lane holds from phase (a) to (b): (rows/4)*(G+1)
+# A warp takes 32 rows (B=8192, I=32: 32 chunks of 256 rows x 4 input blocks = 128 CTAs), or 16
+# (see warp_rows; with 32 and G = 12, 104 held features, ptxas spilled).
+MAX_PHASE_A_ACC = 72  # phase (a) accumulator registers of a lane (all G+1 tiles at the defaults)
+MAX_FEATURES_AND_ACC = 152  # ... plus the held features (8*(G+1)): ptxas stays within 255 registers
+MAX_REDUCE_SMEM = 80 * 1024  # phase (a): the 8 warps' tiles of one round, summed in warp order
+SUM_LOADS_IN_FLIGHT = 24  # float4 loads a thread issues together in the finishers' sums
+MAX_TICKETS = _cute.TICKETS_PER_LAUNCH
+GAUSS_CHAIN = 4  # basis functions computed from one exp start by the product recurrence
+U_CLAMP = 10.0  # (x - mu_0)/delta clamped to [-U_CLAMP, G-1+U_CLAMP]: every phi < exp(-100) there
+LOG2E = math.log2(math.e)
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _vector_width(row: int) -> int:
+    """Floats per aligned vector load of a row of `row` floats (rows start 16-byte aligned)."""
+    return 4 if row % 4 == 0 else (2 if row % 2 == 0 else 1)
+
+
+def output_layout(O: int, I: int, G: int) -> tuple[int, int]:
+    """Where the totals go: sums = [dC (O x I*G, C's order) | pad to a multiple of 4 |
+    dWb (O x I)]; returns (offset of dWb, length of sums)."""
+    dwb_at = _ceil(O * I * G, 4) * 4
+    return dwb_at, dwb_at + O * I
+
+
 class GradLayout:
-    """Where the backward kernels put their dWcat partial sums and where the grad reduce puts
-    the totals.
+    """Where the fp32 backward kernel puts its dWcat partial sums (the grad reduce then puts
+    the totals at output_layout's places).
 
     Partial rows (one per backward CTA) are in the kernel's own (output, feature) order,
     column o*FP + f for o < OP, f = g*IP + i < FP (padded sizes, written whole, so stores stay
-    contiguous); the reduce maps each column to its place in sums = [dC (O x I*G, C's order)
-    | pad to a multiple of 4 | dWb (O x I)] and drops the padding."""
+    contiguous); the reduce maps each column to its place in sums and drops the padding."""
 
-    def __init__(self, O: int, I: int, G: int, precision: str):
+    def __init__(self, O: int, I: int, G: int):
         self.O, self.I, self.G = O, I, G
-        if precision == "tf32":
-            self.IP = _ceil(I, 8) * 8
-            self.FP = (G + 1) * self.IP
-            self.OP = _ceil(O, 16) * 16
-        else:
-            self.IP = I
-            self.FP = _ceil((G + 1) * I, 32) * 32
-            self.OP = _ceil(O, THREADS // 32) * (THREADS // 32)
+        self.IP = I
+        self.FP = _ceil((G + 1) * I, 32) * 32
+        self.OP = _ceil(O, THREADS // 32) * (THREADS // 32)
         self.partial_len = self.OP * self.FP
-        self.dwb_at = _ceil(O * I * G, 4) * 4
-        self.sums_len = self.dwb_at + O * I
+        self.dwb_at, self.sums_len = output_layout(O, I, G)
 
     def key(self) -> tuple:
         return (self.O, self.I, self.G, self.IP, self.FP, self.OP)
@@ -203,7 +259,7 @@ class KanForwardFp32(_ForwardLaunch, KanConfig):
 class KanBackwardFp32(KanConfig):
     def __init__(self, I: int, O: int, G: int):
         super().__init__(I, O, G)
-        self.grads = GradLayout(O, I, G, "fp32")
+        self.grads = GradLayout(O, I, G)
         self.o_per_warp = _ceil(O, THREADS // 32)
         self.f_per_lane = _ceil(self.F, 32)
 
@@ -457,277 +513,476 @@ class KanForwardTf32(_ForwardLaunch, KanTf32Config):
                     mY[row_b, pair, None].store(out.load())
 
 
-class WeightGatherPlan:
-    """How the TF32 backward reads one of Wcat's sources, src [O, cols] (C: cols = I*G,
-    Wb: cols = I), into Wcat^T: `vec`-float vectors along src's rows (16 bytes where cols % 4
-    == 0), a warp instruction taking 8 consecutive vectors of 4 consecutive rows (128
-    contiguous bytes a row, 4 cache lines, instead of the 32 lines a lane-per-output
-    gather of single floats touched). Thread tid's task k is vector tid + k*TF32_THREADS of
-    that tiling; a thread holds at most `batch` vectors (4*batch registers) at once, the
-    first `first_batch` loaded before the rest of the staging."""
+def phase_a_tiles(KB: int, m_tiles: int, O16: int, held: int) -> int:
+    """Feature tiles (basis functions) of phase (a) accumulated at once: accumulators within
+    MAX_PHASE_A_ACC registers a lane and, with the `held` features, within MAX_FEATURES_AND_ACC;
+    the 8 warps' tiles of one round within MAX_REDUCE_SMEM bytes of shared memory (all G+1
+    tiles at the defaults: one round)."""
+    budget = min(MAX_PHASE_A_ACC, MAX_FEATURES_AND_ACC - held)
+    tiles = min(KB, max(1, budget // (4 * m_tiles)))
+    while tiles > 1 and 4 * BWD_WARPS * O16 * _bank_stride(8 * tiles) > MAX_REDUCE_SMEM:
+        tiles -= 1
+    return tiles
 
-    def __init__(self, rows: int, cols: int, is_wb: bool):
-        self.is_wb = is_wb
-        self.vec = 4 if cols % 4 == 0 else (2 if cols % 2 == 0 else 1)
-        self.row_stride = cols
-        self.vecs_per_row = cols // self.vec
-        self.tiles_per_row_block = _ceil(self.vecs_per_row, 8)
-        self.tasks = _ceil(_ceil(rows, 4) * self.tiles_per_row_block * 32, TF32_THREADS)
-        self.batch = 64 // self.vec
-        self.first_batch = min(self.tasks, self.batch)
+
+def _bank_stride(width: int) -> int:
+    """Row stride (words) >= width (a multiple of 8) with stride = 8 (mod 16): a warp's 64-bit
+    accesses of 8 rows (g) x 4 pairs (t) fall on disjoint banks in each half-warp."""
+    return width + (8 - width) % 16
+
+
+def warp_rows(I: int, O: int, G: int) -> int:
+    """Rows of a TF32-backward warp: 32, or 16 where 8*(G+1) held features would be over
+    MAX_HELD_FEATURES or the CTA's shared memory over MAX_SMEM_BYTES (wide O)."""
+    if 8 * (G + 1) <= MAX_HELD_FEATURES and KanBackwardTf32(I, O, G, 32).smem_bytes() <= MAX_SMEM_BYTES:
+        return 32
+    return 16
+
+
+def reduction_grid(batch: int, blocks: int, rows: int) -> tuple[int, int, int]:
+    """(chunks of `rows` rows (a CTA's), chunks per group, groups) of the TF32 backward's two-level
+    sums: groups of about sqrt(chunks) chunks (both levels then read about as many rows), at
+    most MAX_TICKETS // blocks - 1 groups (one ticket per group and block, plus each block's
+    final ticket)."""
+    chunks = _ceil(batch, rows)
+    max_groups = MAX_TICKETS // blocks - 1
+    group_size = max(math.isqrt(chunks - 1) + 1, _ceil(chunks, max_groups))
+    return chunks, group_size, _ceil(chunks, group_size)
+
+
+def _computed_once(x: Float32) -> Float32:
+    """x through an opaque move: LLVM otherwise recomputes the basis functions' exp chains
+    from u in phase (b) instead of keeping the values (seen in the PTX: 76 ex2 for 40), and
+    the MUFU unit is the features' bound."""
+    return Float32(llvm.inline_asm(Float32.mlir_type, [x.ir_value()], "mov.b32 $0, $1;", "=f,f",
+                                   has_side_effects=True, is_align_stack=False,
+                                   asm_dialect=llvm.AsmDialect.AD_ATT))
+
+
+def _tf32_bits_finite(x: Float32) -> Int32:
+    """A finite x rounded to nearest TF32 (ties away from zero) as the MMA reads it (its top
+    19 bits): its bits plus half a TF32 ulp. ptxas lowers cvt.rna.tf32.f32 feeding an MMA to
+    this same add, behind a finiteness test and select (3 instructions, here 1); the features
+    are finite by construction."""
+    return Int32(llvm.bitcast(Int32.mlir_type, x.ir_value())) + Int32(0x1000)
 
 
 class KanBackwardTf32(KanTf32Config):
-    """A CTA of 4 warps takes TF32_ROWS rows. Shared: the feature tile sFeat[f, row] (float32),
-    dy^T tile sDy[o, row] (TF32-rounded) and Wcat^T sWt[f, o] (float32, rounded as
-    fragments are built; gathered as WeightGatherPlan says, since a lane-per-output gather
-    of single floats touches 32 cache lines a warp instruction: 9216 L1 wavefronts a CTA).
-      (a) dWcat partial [O, KP] = dy^T @ feat over the CTA's rows: MMA tiles (16 outputs x 8
-          features), warp w taking feature tiles w, w+4, ...; K = rows.
-      (b) dfeat = dy @ Wcat for the warp's 16 rows, one 8-feature tile at a time; a tile is
-          8 inputs of one basis function, so each lane adds its dfeat * dphi/dx into dx
-          accumulators it owns (rows g, g+8; inputs 2t, 2t+1 of each block) in a fixed order."""
+    """The TF32 backward in one launch, batch reduction included (see the module docstring).
 
-    def __init__(self, I: int, O: int, G: int):
+    CTA (chunk, input block j) = rows = 8 * warp_rows rows x the 8 inputs 8j..8j+7, that is
+    the block's KB8 = 8*(G+1) features f = gb*8 + i (basis gb, input 8j+i; gb = G is silu).
+    8 warps; warp w owns rows R*w .. R*w + R-1 of the chunk (R = warp_rows, 32 at the
+    defaults); lane (g, t) = (lane // 4, lane % 4) owns the xv = R/4 values
+    x[R*w + 8q + 2t + u, 8j + g] (q < R/8, u < 2: its "x-values" k = 2q + u) and computes
+    their features once, into registers (features()). Both MMA phases are laid out so that
+    these are exactly the feature values each lane needs:
+      (a) dWcat partial [O16, KB8] = dy^T @ feat over the warp's R rows: A = dy^T (M = outputs,
+          K = rows), B = feat (lane's B fragment of feature tile gb, K step q: its x-values
+          2q, 2q+1 of basis gb); then the 8 warps' tiles are summed through shared memory in
+          warp order into the CTA's partial row.
+      (b) dfeat^T [16*b_tiles, R rows] = Wcat^T @ dy^T for the warp's rows: A = Wcat^T (M =
+          features, 16 = 2 basis functions x 8 inputs), B = dy^T (K = outputs, N = rows); the
+          C fragment of (M tile mt, N tile q) holds dfeat of the lane's own input g, rows
+          8q + 2t + {0,1}, basis 2mt and 2mt+1, so dx = sum_gb dfeat * dphi/dx is accumulated
+          by the lane alone, in a fixed order.
+    Inside each 8-wide K step lane t supplies physical positions 2t, 2t+1 as logical k = t,
+    t+4 for both operands (a sum does not care about its order): 64-bit fragment loads."""
+
+    def __init__(self, I: int, O: int, G: int, rows_of_a_warp: int | None = None):
         super().__init__(I, O, G)
-        self.grads = GradLayout(O, I, G, "tf32")
-        self.n_tiles = self.KP // 8
-        self.tiles_per_warp = _ceil(self.n_tiles, TF32_WARPS)
-        self.m_tiles = self.O16 // 16
-        self.c_plan = WeightGatherPlan(O, I * G, is_wb=False)
-        self.wb_plan = WeightGatherPlan(O, I, is_wb=True)
+        self.warp_rows = rows_of_a_warp or warp_rows(I, O, G)
+        self.xv = self.warp_rows // 4  # x-values of a lane
+        self.rows = BWD_WARPS * self.warp_rows  # rows of a CTA (a chunk)
+        self.blocks = self.I8 // INPUT_BLOCK
+        self.KB = G + 1  # basis functions + silu: phase (a)'s feature (N) tiles of a block
+        self.KB8 = 8 * self.KB  # features of a block
+        self.b_tiles = _ceil(self.KB, 2)  # phase (b)'s feature (M) tiles
+        self.m_tiles = self.O16 // 16  # phase (a)'s output (M) tiles
+        self.k_steps = self.O8 // 8  # phase (b)'s output (K) steps
+        self.row_len = self.O16 * self.KB8  # a partial row: entry o*KB8 + f (o < O16, f < KB8)
+        self.row_vecs = self.row_len // 4
+        self.dy_stride = _bank_stride(self.O16)
+        # sW row (one input of a phase (b) M tile): O8 outputs x 2 features, = 16 (mod 32)
+        # words, so a quarter-warp's 128-bit A-fragment loads (2 rows x 4 lanes) miss each other.
+        self.w_stride = 2 * self.O8 + (16 - 2 * self.O8) % 32
+        self.a_tiles = phase_a_tiles(self.KB, self.m_tiles, self.O16, self.xv * self.KB)
+        self.red_stride = _bank_stride(8 * self.a_tiles)
+        self.dy_vec = 4 if O % 4 == 0 else 2  # O is even
+        self.c_vec = _vector_width(G)  # an input's G coefficients: C rows start aligned
+        self.vecs_per_thread = _ceil(self.row_vecs, BWD_THREADS)
+        self.rows_per_step = max(1, SUM_LOADS_IN_FLIGHT // self.vecs_per_thread)
+        self.dwb_at, self.sums_len = output_layout(O, I, G)
 
-    @cute.jit
-    def x_place(self, tid: Int32, k: int) -> tuple:
-        """(row r, input i) of thread tid's x staging task k; tasks tile the [R, I8] block in
-        warp tiles of 8 rows x 4 inputs (R and I8 are multiples of 8)."""
-        task = tid + k * TF32_THREADS
-        tile = task // 32
-        lane = task % 32
-        quads = self.I8 // 4
-        return (tile // quads) * 8 + lane // 4, (tile % quads) * 4 + lane % 4
-
-    @cute.jit
-    def vector_place(self, plan: WeightGatherPlan, tid: Int32, k: int) -> tuple:
-        """(row o, vector c) of thread tid's task k (past the end: o >= O or c >= vecs_per_row)."""
-        task = tid + k * TF32_THREADS
-        tile = task // 32
-        lane = task % 32
-        o = (tile // plan.tiles_per_row_block) * 4 + lane // 8
-        c = (tile % plan.tiles_per_row_block) * 8 + lane % 8
-        return o, c
-
-    @cute.jit
-    def load_weight_vectors(self, mSrc: cute.Tensor, plan: WeightGatherPlan, tid: Int32,
-                            k0: int, regs: cute.Tensor):
-        """regs[k] <- the vector of task k0 + k. Unconditional (indices clamped; the stores
-        drop what lies past the end) so all of them are in flight before the first is used."""
-        mVec = cute.make_tensor(mSrc.iterator, cute.make_layout(
-            (self.O, plan.vecs_per_row, plan.vec), stride=(plan.row_stride, plan.vec, 1)))
-        for k in cutlass.range_constexpr(cute.size(regs, mode=[0])):
-            o, c = self.vector_place(plan, tid, k0 + k)
-            regs[k, None].store(mVec[cutlass.min(o, Int32(self.O - 1)),
-                                     cutlass.min(c, Int32(plan.vecs_per_row - 1)), None].load())
-
-    @cute.jit
-    def store_weight_vectors(self, plan: WeightGatherPlan, tid: Int32, k0: int,
-                             regs: cute.Tensor, sWt: cute.Tensor):
-        """sWt[f, o] <- the elements of regs (tasks k0, ...), f = gb*I8 + i their Wcat column.
-        At the defaults (row pitch O8 + 8 = 40 words) a store instruction of C's tasks puts its
-        8 vectors' (4 inputs) x 4 outputs on 16 banks, 2 lanes each."""
-        for k in cutlass.range_constexpr(cute.size(regs, mode=[0])):
-            o, c = self.vector_place(plan, tid, k0 + k)
-            if o < self.O and c < plan.vecs_per_row:
-                for u in cutlass.range_constexpr(plan.vec):
-                    col = c * plan.vec + u
-                    if cutlass.const_expr(plan.is_wb):
-                        sWt[self.G * self.I8 + col, o] = regs[k, u]  # Wb[o, i]: gb = G
-                    else:
-                        i = col // self.G  # C[o, i*G + gb]
-                        sWt[(col - i * self.G) * self.I8 + i, o] = regs[k, u]
-
-    @cute.jit
-    def gather_rest(self, mSrc: cute.Tensor, plan: WeightGatherPlan, tid: Int32,
-                    sWt: cute.Tensor):
-        """The tasks past the first batch (none at the defaults), a batch at a time."""
-        for k0 in cutlass.range_constexpr(plan.first_batch, plan.tasks, plan.batch):
-            regs = cute.make_rmem_tensor((min(plan.batch, plan.tasks - k0), plan.vec), Float32)
-            self.load_weight_vectors(mSrc, plan, tid, k0, regs)
-            self.store_weight_vectors(plan, tid, k0, regs, sWt)
+    def smem_bytes(self) -> int:
+        words = (self.b_tiles * INPUT_BLOCK * self.w_stride + BWD_WARPS * self.warp_rows * self.dy_stride
+                 + BWD_WARPS * self.O16 * self.red_stride)
+        return 4 * words + 4 * 16  # + the ticket and allocation alignment
 
     @cute.jit
     def __call__(self, dy_ptr: cute.Pointer, x_ptr: cute.Pointer, c_ptr: cute.Pointer,
-                 wb_ptr: cute.Pointer, dx_ptr: cute.Pointer, part_ptr: cute.Pointer,
-                 batch: Int32, stream):
-        I, O = self.I, self.O
-        num_ctas = cute.ceil_div(batch, self.rows)
-        mDy = cute.make_tensor(dy_ptr, cute.make_layout((batch, O), stride=(O, 1)))
-        mX, mC, mWb = self.operand_tensors(batch, x_ptr, c_ptr, wb_ptr)
+                 wb_ptr: cute.Pointer, dx_ptr: cute.Pointer, sums_ptr: cute.Pointer,
+                 work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, batch: Int32,
+                 num_chunks: Int32, group_size: Int32, num_groups: Int32, stream):
+        I, O, G = self.I, self.O, self.G
+        dv, cv = self.dy_vec, self.c_vec
+        mDy = cute.make_tensor(dy_ptr, cute.make_layout((batch, O // dv, dv), stride=(O, dv, 1)))
+        mX = cute.make_tensor(x_ptr, cute.make_layout((batch, I), stride=(I, 1)))
+        mC = cute.make_tensor(c_ptr, cute.make_layout((O, I * G // cv, cv), stride=(I * G, cv, 1)))
+        mWb = cute.make_tensor(wb_ptr, cute.make_layout((O, I, 1), stride=(I, 1, 1)))
         mDx = cute.make_tensor(dx_ptr, cute.make_layout((batch, I), stride=(I, 1)))
-        mPart = cute.make_tensor(part_ptr, cute.make_layout(  # [cta, o, feature pair, 2]
-            (num_ctas, self.O16, self.KP // 2, 2), stride=(self.grads.partial_len, self.KP, 2, 1)))
-        self.kernel(mDy, mX, mC, mWb, mDx, mPart, batch).launch(
-            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
+        mSums = cute.make_tensor(sums_ptr, cute.make_layout(self.sums_len))
+        # Block j's rows: its chunks' partial rows, then its group rows.
+        mWork = cute.make_tensor(work_ptr, cute.make_layout(
+            (self.blocks * (num_chunks + num_groups), self.row_vecs, 4), stride=(self.row_len, 4, 1)))
+        # Block j's tickets: one per group, then the final one.
+        mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(self.blocks * (num_groups + 1)))
+        self.kernel(mDy, mX, mC, mWb, mDx, mSums, mWork, mTicket, batch, num_chunks, group_size,
+                    num_groups).launch(grid=[num_chunks, self.blocks, 1], block=[BWD_THREADS, 1, 1],
+                                       stream=stream)
 
     @cute.kernel
     def kernel(self, mDy: cute.Tensor, mX: cute.Tensor, mC: cute.Tensor, mWb: cute.Tensor,
-               mDx: cute.Tensor, mPart: cute.Tensor, batch: Int32):
-        I, O, G, KP, I8 = self.I, self.O, self.G, self.KP, self.I8
-        R = TF32_ROWS
+               mDx: cute.Tensor, mSums: cute.Tensor, mWork: cute.Tensor, mTicket: cute.Tensor,
+               batch: Int32, num_chunks: Int32, group_size: Int32, num_groups: Int32):
+        I = self.I
         tid, _, _ = cute.arch.thread_idx()
-        cta, _, _ = cute.arch.block_idx()
-        first = cta * R
-        # Let the grad reduce (launched next with programmatic dependent launch) get its CTAs
-        # resident now; it waits in griddepcontrol.wait until this grid has finished.
-        cute.arch.griddepcontrol_launch_dependents()
-        smem = SmemAllocator()
-        row_stride = R + 8  # [*, row] tiles: 64-bit loads of 8 rows x 4 lanes on disjoint banks
-        o_stride = self.O8 + 8
-        sFeat = smem.allocate_tensor(Float32, cute.make_layout((KP, R), stride=(row_stride, 1)), 16)
-        sDy = smem.allocate_tensor(Float32, cute.make_layout((self.O16, R), stride=(row_stride, 1)), 16)
-        sWt = smem.allocate_tensor(Float32, cute.make_layout((KP, self.O8), stride=(o_stride, 1)), 16)
-        sDy_bits = cute.recast_tensor(sDy, Int32)
-
-        # Staging. Wcat^T (16-byte loads issued first, stored transposed once the rest is
-        # staged: their latency hides behind it), dy^T (rounded; zero past O and past the
-        # batch) and the features of the CTA's rows (float32; zero for padded inputs).
-        first_c = cute.make_rmem_tensor((self.c_plan.first_batch, self.c_plan.vec), Float32)
-        first_wb = cute.make_rmem_tensor((self.wb_plan.first_batch, self.wb_plan.vec), Float32)
-        self.load_weight_vectors(mC, self.c_plan, tid, 0, first_c)
-        self.load_weight_vectors(mWb, self.wb_plan, tid, 0, first_wb)
-        for k in cutlass.range_constexpr(_ceil(R * self.O16, TF32_THREADS)):
-            idx = tid + k * TF32_THREADS
-            r = idx // self.O16
-            o = idx - r * self.O16
-            v = mDy[cutlass.min(first + r, batch - 1), cutlass.min(o, Int32(O - 1))]
-            if first + r >= batch or o >= O:
-                v = Float32(0.0)
-            sDy_bits[o, r] = Int32(cute.arch.cvt_f32_tf32(v))
-        # Warp instruction = 8 rows x 4 inputs: 8 sectors of x a load (lanes along rows
-        # alone touched 32), and sFeat word (gb*I8 + i)*row_stride + r = 8i + r (mod 32)
-        # puts the 32 stores on 32 banks. All of a thread's x loads are issued first.
-        x_tasks = _ceil(R * I8, TF32_THREADS)
-        x_stage = cute.make_rmem_tensor((x_tasks,), Float32)
-        for k in cutlass.range_constexpr(x_tasks):
-            r, i = self.x_place(tid, k)
-            x_stage[k] = mX[cutlass.min(first + r, batch - 1), cutlass.min(i, Int32(I - 1))]
-        for k in cutlass.range_constexpr(x_tasks):
-            r, i = self.x_place(tid, k)
-            x = x_stage[k]
-            if first + r >= batch:
-                x = Float32(0.0)
-            for gb in cutlass.range_constexpr(G + 1):
-                v = self.feature(x, gb)
-                if i >= I:
-                    v = Float32(0.0)
-                sFeat[gb * I8 + i, r] = v
-        if cutlass.const_expr(I < I8 or O < self.O8):  # zero weights of padded inputs/outputs
-            for idx in cutlass.range(tid, KP * self.O8, TF32_THREADS, unroll=1):
-                f = idx // self.O8
-                o = idx - f * self.O8
-                if o >= O or f - (f // I8) * I8 >= I:
-                    sWt[f, o] = Float32(0.0)
-        self.store_weight_vectors(self.c_plan, tid, 0, first_c, sWt)
-        self.store_weight_vectors(self.wb_plan, tid, 0, first_wb, sWt)
-        self.gather_rest(mC, self.c_plan, tid, sWt)
-        self.gather_rest(mWb, self.wb_plan, tid, sWt)
-        cute.arch.barrier()
-
+        chunk, blk, _ = cute.arch.block_idx()
         warp = tid // 32
         lane = tid % 32
         g = lane // 4
         t = lane % 4
+        warp_first = chunk * self.rows + warp * self.warp_rows
+        smem = SmemAllocator()
+        # The block's Wcat^T and each warp's dy rows [warp_rows, O16], both as TF32 bits.
+        # sW[mt, h, i, o] = Wcat^T[feature 16mt + 8h + i, o]: each lane's A fragment of phase
+        # (b), (f, 2p), (f+8, 2p), (f, 2p+1), (f+8, 2p+1), is one 128-bit load (see phase_b).
+        sW = smem.allocate_tensor(Int32, cute.make_layout(
+            (self.b_tiles, 2, INPUT_BLOCK, self.O8), stride=(INPUT_BLOCK * self.w_stride, 1, self.w_stride, 2)), 16)
+        sDy = smem.allocate_tensor(Int32, cute.make_layout(
+            (BWD_WARPS, self.warp_rows, self.O16), stride=(self.warp_rows * self.dy_stride, self.dy_stride, 1)), 16)
+        sRed = smem.allocate_tensor(Float32, cute.make_layout(
+            (BWD_WARPS, self.O16, self.red_stride), stride=(self.O16 * self.red_stride, self.red_stride, 1)), 16)
+        sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
+
+        # 1. Every global load first (x, then dy and the block's weights), so one round trip
+        #    covers them all; then the features (registers), then the shared-memory stores.
+        xs = []  # zero past the batch and for padding inputs
+        for k in cutlass.range_constexpr(self.xv):
+            row = warp_first + 8 * (k // 2) + 2 * t + k % 2
+            x_val = mX[cutlass.min(row, batch - 1), cutlass.min(blk * INPUT_BLOCK + g, Int32(I - 1))]
+            x_val = cutlass.select_(blk * INPUT_BLOCK + g < I, x_val, Float32(0.0))
+            xs.append(cutlass.select_(row < batch, x_val, Float32(0.0)))
+        dy_regs = self.load_dy(mDy, warp_first, lane, batch)
+        c_regs, wb_regs = self.load_weights(mC, mWb, tid, blk)
+        phi, uc, dsilu = self.features(xs)
+        self.store_dy(dy_regs, sDy, warp, lane)
+        self.store_weights(c_regs, wb_regs, sW, tid, blk)
+        cute.arch.barrier()
+
+        # 2. Phase (a): the CTA's dWcat partial row, a_tiles feature tiles per round.
+        work_row = blk * (num_chunks + num_groups) + chunk
+        self.phase_a(phi, sDy, sRed, mWork, work_row, warp, g, t, tid)
+
+        # 3. Draw the group ticket (CUTLASS's semaphore release: the barrier orders every
+        #    thread's partial-row stores before thread 0's gpu-scope fence, then a relaxed
+        #    atomic). Its result is first read after phase (b), so the round trip is hidden.
+        cute.arch.barrier()
+        group = chunk // group_size
+        ticket_at = blk * (num_groups + 1) + group
+        ticket = Int32(0)
+        if tid == 0:
+            cute.arch.fence_acq_rel_gpu()
+            ticket = cute.arch.atomic_add(mTicket.iterator + ticket_at, Int32(1), sem="relaxed", scope="gpu")
+
+        # 4. Phase (b): dx of the lane's x-values. The group's last CTA (its relaxed atomic read
+        #    the count members-1) acquires the members' rows with a gpu-scope fence before its
+        #    dx stores: with no store of its own pending, that fence does not wait on any.
+        dx = self.phase_b(phi, uc, dsilu, sW, sDy, warp, g, t)
+        group_first = group * group_size
+        members = cutlass.min(group_size, num_chunks - group_first)
+        if tid == 0:
+            finisher = Int32(0)
+            if ticket == members - 1:
+                cute.arch.fence_acq_rel_gpu()
+                finisher = Int32(1)
+            sTicket[0] = finisher
+        for k in cutlass.range_constexpr(self.xv):
+            row = warp_first + 8 * (k // 2) + 2 * t + k % 2
+            if row < batch and blk * INPUT_BLOCK + g < I:
+                mDx[row, blk * INPUT_BLOCK + g] = dx[k]
+
+        # 5. The group's last CTA sums the group's rows in chunk order; with several groups the
+        #    last group finisher of the block sums the group rows in group order. Finishers
+        #    reset their tickets for the next launch.
+        cute.arch.barrier()
+        if sTicket[0] == 1:
+            block_first = blk * (num_chunks + num_groups)
+            acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
+            _cute.sum_rows_in_order(mWork, block_first + group_first, members, tid, acc, BWD_THREADS,
+                                    self.row_vecs, self.rows_per_step)
+            if num_groups == 1:
+                self.write_out(mSums, acc, tid, blk)
+            else:
+                for j in cutlass.range_constexpr(self.vecs_per_thread):
+                    vec = tid + j * BWD_THREADS
+                    if vec < self.row_vecs:
+                        mWork[block_first + num_chunks + group, vec, None].store(acc[j, None].load())
+                cute.arch.barrier()
+                final_at = blk * (num_groups + 1) + num_groups
+                if tid == 0:
+                    cute.arch.fence_acq_rel_gpu()
+                    sTicket[0] = cute.arch.atomic_add(mTicket.iterator + final_at, Int32(1),
+                                                      sem="acq_rel", scope="gpu")
+                cute.arch.barrier()
+                if sTicket[0] == num_groups - 1:
+                    _cute.sum_rows_in_order(mWork, block_first + num_chunks, num_groups, tid, acc, BWD_THREADS,
+                                            self.row_vecs, self.rows_per_step)
+                    self.write_out(mSums, acc, tid, blk)
+                    if tid == 0:
+                        mTicket[final_at] = Int32(0)  # ready for the next launch / replay
+            if tid == 0:
+                mTicket[ticket_at] = Int32(0)  # every member has drawn: safe to reset
+
+    @cute.jit
+    def load_dy(self, mDy: cute.Tensor, warp_first: Int32, lane: Int32, batch: Int32) -> cute.Tensor:
+        """The warp's dy rows x O16 columns as dy_vec-float vectors (a quarter-warp reads whole
+        rows at the defaults); loads unconditional (clamped indices), so all are in flight."""
+        per_row = self.O16 // self.dy_vec
+        loads = self.warp_rows * per_row // 32
+        regs = cute.make_rmem_tensor((loads, self.dy_vec), Float32)
+        for k in cutlass.range_constexpr(loads):
+            idx = lane + 32 * k
+            r = idx // per_row
+            c = idx - r * per_row
+            regs[k, None].store(mDy[cutlass.min(warp_first + r, batch - 1),
+                                    cutlass.min(c, Int32(self.O // self.dy_vec - 1)), None].load())
+            if warp_first + r >= batch or c >= self.O // self.dy_vec:
+                regs[k, None].fill(0.0)  # rows past the batch and outputs past O add nothing
+        return regs
+
+    @cute.jit
+    def store_dy(self, regs: cute.Tensor, sDy: cute.Tensor, warp: Int32, lane: Int32):
+        per_row = self.O16 // self.dy_vec
+        sDyV = cute.make_tensor(sDy.iterator, cute.make_layout(
+            (BWD_WARPS, self.warp_rows, per_row, self.dy_vec),
+            stride=(self.warp_rows * self.dy_stride, self.dy_stride, self.dy_vec, 1)))
+        bits = cute.make_rmem_tensor((self.dy_vec,), Int32)
+        for k in cutlass.range_constexpr(self.warp_rows * per_row // 32):
+            idx = lane + 32 * k
+            r = idx // per_row
+            for e in cutlass.range_constexpr(self.dy_vec):
+                bits[e] = Int32(cute.arch.cvt_f32_tf32(regs[k, e]))
+            sDyV[warp, r, idx - r * per_row, None].store(bits.load())
+
+    @cute.jit
+    def load_weights(self, mC: cute.Tensor, mWb: cute.Tensor, tid: Int32, blk: Int32) -> tuple:
+        """Task (o, i), o fastest: C[o, (8 blk + i)*G + gb] for all gb (G contiguous floats,
+        as c_vec-float vectors) and Wb[o, 8 blk + i]; unconditional (clamped indices)."""
+        G, cv = self.G, self.c_vec
+        tasks = self.O * INPUT_BLOCK
+        c_regs = cute.make_rmem_tensor((_ceil(tasks, BWD_THREADS), G // cv, cv), Float32)
+        wb_regs = cute.make_rmem_tensor((_ceil(tasks, BWD_THREADS),), Float32)
+        for k in cutlass.range_constexpr(_ceil(tasks, BWD_THREADS)):
+            idx = cutlass.min(tid + k * BWD_THREADS, Int32(tasks - 1))
+            o = idx % self.O
+            col = cutlass.min(blk * INPUT_BLOCK + idx // self.O, Int32(self.I - 1))
+            for v in cutlass.range_constexpr(G // cv):
+                c_regs[k, v, None].store(mC[o, col * (G // cv) + v, None].load())
+            wb_regs[k] = mWb[o, col, 0]
+        return c_regs, wb_regs
+
+    @cute.jit
+    def store_weights(self, c_regs: cute.Tensor, wb_regs: cute.Tensor, sW: cute.Tensor,
+                      tid: Int32, blk: Int32):
+        """sW[gb // 2, gb % 2, i, o] <- TF32(Wcat[o, feature (gb, 8 blk + i)]); zero for inputs
+        past I, outputs past O and the basis slot past G when G+1 is odd. A warp's stores of
+        one basis function are 32 outputs 2 words apart: 2 lanes a bank."""
+        G, cv = self.G, self.c_vec
+        tasks = self.O * INPUT_BLOCK
+        for k in cutlass.range_constexpr(_ceil(tasks, BWD_THREADS)):
+            idx = tid + k * BWD_THREADS
+            o = idx % self.O
+            i = idx // self.O
+            if idx < tasks:
+                real = blk * INPUT_BLOCK + i < self.I
+                for gb in cutlass.range_constexpr(G):
+                    bits = Int32(cute.arch.cvt_f32_tf32(c_regs[k, gb // cv, gb % cv]))
+                    sW[gb // 2, gb % 2, i, o] = cutlass.select_(real, bits, Int32(0))
+                bits = Int32(cute.arch.cvt_f32_tf32(wb_regs[k]))
+                sW[G // 2, G % 2, i, o] = cutlass.select_(real, bits, Int32(0))
+        if cutlass.const_expr(self.KB % 2 == 1):  # M tile slot past silu
+            for k in cutlass.range_constexpr(_ceil(INPUT_BLOCK * self.O8, BWD_THREADS)):
+                idx = tid + k * BWD_THREADS
+                if idx < INPUT_BLOCK * self.O8:
+                    sW[self.KB // 2, 1, idx // self.O8, idx % self.O8] = Int32(0)
+        pad_o = self.O8 - self.O
+        for k in cutlass.range_constexpr(_ceil(self.KB * INPUT_BLOCK * pad_o, BWD_THREADS)):
+            idx = tid + k * BWD_THREADS
+            if idx < self.KB * INPUT_BLOCK * pad_o:
+                f = idx // pad_o
+                sW[f // 16, (f // 8) % 2, f % 8, self.O + idx % pad_o] = Int32(0)
+
+    @cute.jit
+    def features(self, xs: list) -> tuple:
+        """For each x-value k: phi[gb][k] (gb < G: the Gaussians; gb = G: silu), the clamped
+        u = (x + 2)/delta and silu'(x).
+
+        phi_gb = exp(-(u - gb)^2). Within a chain of GAUSS_CHAIN consecutive gb from s,
+        phi_{s+c+1} = phi_{s+c} * exp(2(u-s) - 1) * exp(-2c): two ex2 per chain instead of one
+        per basis function (the MUFU unit, 16 results/clk/SM, was the features' bound).
+        u is clamped to [-U_CLAMP, G-1+U_CLAMP], where every phi is below exp(-100), so the
+        chain never forms inf * 0; a chain start that underflows loses only terms below
+        exp(-(9.3 - 3)^2) ~ 4e-18. Float64 check: within 2e-6 absolute of exp(-(u-gb)^2),
+        far below the TF32 rounding (2^-11) the features go through."""
+        G = self.G
+        phi = [[Float32(0.0)] * self.xv for _ in range(self.KB)]
+        uc = [Float32(0.0)] * self.xv
+        dsilu = [Float32(0.0)] * self.xv
+        for k in cutlass.range_constexpr(self.xv):
+            x = xs[k]
+            u = x * Float32(1.0 / self.delta) + Float32(2.0 / self.delta)
+            u = cute.arch.fmin(cute.arch.fmax(u, Float32(-U_CLAMP)), Float32(G - 1 + U_CLAMP))
+            uc[k] = u
+            for s in cutlass.range_constexpr(0, G, GAUSS_CHAIN):
+                v = u - Float32(s)
+                p = _computed_once(cute.math.exp2(v * (v * Float32(-LOG2E)), fastmath=True))
+                phi[s][k] = p
+                if cutlass.const_expr(min(GAUSS_CHAIN, G - s) > 1):
+                    r = cute.math.exp2(v * Float32(2.0 * LOG2E) - Float32(LOG2E), fastmath=True)
+                    for c in cutlass.range_constexpr(1, min(GAUSS_CHAIN, G - s)):
+                        p = _computed_once(p * r)
+                        phi[s + c][k] = p
+                        r = r * Float32(math.exp(-2.0))
+            sig = cute.arch.rcp_approx(Float32(1.0) + cute.math.exp2(x * Float32(-LOG2E), fastmath=True))
+            silu = x * sig
+            phi[G][k] = silu
+            dsilu[k] = sig + silu * (Float32(1.0) - sig)
+        return phi, uc, dsilu
+
+    @cute.jit
+    def phase_a(self, phi: list, sDy: cute.Tensor, sRed: cute.Tensor, mWork: cute.Tensor,
+                work_row: Int32, warp: Int32, g: Int32, t: Int32, tid: Int32):
+        """dWcat partial over the warp's rows (MMA), the 8 warps' tiles summed in warp order
+        into the CTA's partial row mWork[work_row] (entry o*KB8 + f), a_tiles tiles a round."""
+        mma = cute.make_mma_atom(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)))
+        frag_a = cute.make_rmem_tensor((4, 1, 1, self.m_tiles), cutlass.TFloat32)
+        frag_a_bits = cute.recast_tensor(frag_a, Int32)
+        frag_b = cute.make_rmem_tensor((2, 1, 1), cutlass.TFloat32)
+        frag_b_bits = cute.recast_tensor(frag_b, Int32)
+        pair = cute.make_rmem_tensor((2,), Float32)
+        sRed2 = cute.make_tensor(sRed.iterator, cute.make_layout(
+            (BWD_WARPS, self.O16, self.red_stride // 2, 2), stride=(self.O16 * self.red_stride, self.red_stride, 2, 1)))
+        sRed4 = cute.make_tensor(sRed.iterator, cute.make_layout(
+            (BWD_WARPS, self.O16, self.red_stride // 4, 4), stride=(self.O16 * self.red_stride, self.red_stride, 4, 1)))
+        rounds = _ceil(self.KB, self.a_tiles)
+        for rnd in cutlass.range_constexpr(rounds):
+            n0 = rnd * self.a_tiles
+            nn = min(self.a_tiles, self.KB - n0)
+            acc = cute.make_rmem_tensor((4, 1, 1, self.m_tiles, nn), Float32)
+            acc.fill(0.0)
+            for q in cutlass.range_constexpr(self.warp_rows // 8):  # K step: rows 8q .. 8q+7
+                r0 = 8 * q + 2 * t
+                for m in cutlass.range_constexpr(self.m_tiles):
+                    frag_a_bits[0, 0, 0, m] = sDy[warp, r0, 16 * m + g]
+                    frag_a_bits[1, 0, 0, m] = sDy[warp, r0, 16 * m + g + 8]
+                    frag_a_bits[2, 0, 0, m] = sDy[warp, r0 + 1, 16 * m + g]
+                    frag_a_bits[3, 0, 0, m] = sDy[warp, r0 + 1, 16 * m + g + 8]
+                for n in cutlass.range_constexpr(nn):
+                    frag_b_bits[0, 0, 0] = _tf32_bits_finite(phi[n0 + n][2 * q])
+                    frag_b_bits[1, 0, 0] = _tf32_bits_finite(phi[n0 + n][2 * q + 1])
+                    for m in cutlass.range_constexpr(self.m_tiles):
+                        cute.gemm(mma, acc[None, None, None, m, n], frag_a[None, None, None, m],
+                                  frag_b, acc[None, None, None, m, n])
+            if cutlass.const_expr(rnd > 0):
+                cute.arch.barrier()  # the previous round's sums have read sRed
+            # C fragment: (o, f) = (16m + g, 8n + 2t + {0,1}) and (16m + g + 8, same f).
+            for m in cutlass.range_constexpr(self.m_tiles):
+                for n in cutlass.range_constexpr(nn):
+                    for half in cutlass.range_constexpr(2):
+                        pair[0] = acc[2 * half, 0, 0, m, n]
+                        pair[1] = acc[2 * half + 1, 0, 0, m, n]
+                        sRed2[warp, 16 * m + g + 8 * half, 4 * n + t, None].store(pair.load())
+            cute.arch.barrier()
+            per_o = 2 * nn  # float4 vectors of a round's row segment
+            vecs = self.O16 * per_o
+            for v in cutlass.range_constexpr(_ceil(vecs, BWD_THREADS)):
+                vec = tid + v * BWD_THREADS
+                if vec < vecs:
+                    o = vec // per_o
+                    c4 = vec - o * per_o
+                    total = sRed4[0, o, c4, None].load()
+                    for w in cutlass.range_constexpr(1, BWD_WARPS):
+                        total = total + sRed4[w, o, c4, None].load()
+                    mWork[work_row, o * (self.KB8 // 4) + 2 * n0 + c4, None].store(total)
+
+    @cute.jit
+    def phase_b(self, phi: list, uc: list, dsilu: list, sW: cute.Tensor, sDy: cute.Tensor,
+                warp: Int32, g: Int32, t: Int32) -> list:
+        """dx of the lane's x-values: dfeat^T tiles (MMA) times dphi/dx, summed over the basis
+        functions in order."""
+        G = self.G
         mma = cute.make_mma_atom(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)))
         frag_a = cute.make_rmem_tensor((4, 1, 1), cutlass.TFloat32)
         frag_a_bits = cute.recast_tensor(frag_a, Int32)
         frag_b = cute.make_rmem_tensor((2, 1, 1), cutlass.TFloat32)
         frag_b_bits = cute.recast_tensor(frag_b, Int32)
-        pair = cute.make_rmem_tensor((2,), Float32)
-        pair_hi = cute.make_rmem_tensor((2,), Float32)
-        feat = cute.make_rmem_tensor((2,), Float32)
-        sFeat2 = cute.make_tensor(sFeat.iterator, cute.make_layout((KP, R // 2, 2), stride=(row_stride, 2, 1)))
-        sDy2 = cute.make_tensor(sDy.iterator, cute.make_layout((self.O16, R // 2, 2), stride=(row_stride, 2, 1)))
-        sWt2 = cute.make_tensor(sWt.iterator, cute.make_layout((KP, self.O8 // 2, 2), stride=(o_stride, 2, 1)))
-
-        # (a) dWcat partial: warp w owns feature tiles n = w + 4q, all output tiles m.
-        acc = cute.make_rmem_tensor((4, 1, 1, self.m_tiles, self.tiles_per_warp), Float32)
-        acc.fill(0.0)
-        for ks in cutlass.range(R // 8, unroll=1):
-            rp = ks * 4 + t  # row pair 8ks + 2t, +1
-            for m in cutlass.range_constexpr(self.m_tiles):
-                pair.store(sDy2[m * 16 + g, rp, None].load())  # dy^T, TF32-rounded
-                pair_hi.store(sDy2[m * 16 + g + 8, rp, None].load())
-                frag_a[0, 0, 0] = cutlass.TFloat32(pair[0])
-                frag_a[1, 0, 0] = cutlass.TFloat32(pair_hi[0])
-                frag_a[2, 0, 0] = cutlass.TFloat32(pair[1])
-                frag_a[3, 0, 0] = cutlass.TFloat32(pair_hi[1])
-                for q in cutlass.range_constexpr(self.tiles_per_warp):
-                    n = warp + TF32_WARPS * q
-                    if n < self.n_tiles:
-                        feat.store(sFeat2[n * 8 + g, rp, None].load())
-                        frag_b_bits[0, 0, 0] = Int32(cute.arch.cvt_f32_tf32(feat[0]))
-                        frag_b_bits[1, 0, 0] = Int32(cute.arch.cvt_f32_tf32(feat[1]))
-                        cute.gemm(mma, acc[None, None, None, m, q], frag_a, frag_b,
-                                  acc[None, None, None, m, q])
-        # C fragment: (o, f) = (16m + g, 8n + 2t + {0,1}) and (16m + g + 8, same f): two
-        # 64-bit stores, 8 rows x 32 contiguous bytes per warp instruction.
-        for m in cutlass.range_constexpr(self.m_tiles):
-            for q in cutlass.range_constexpr(self.tiles_per_warp):
-                n = warp + TF32_WARPS * q
-                if n < self.n_tiles:
-                    for half in cutlass.range_constexpr(2):
-                        pair[0] = acc[2 * half, 0, 0, m, q]
-                        pair[1] = acc[2 * half + 1, 0, 0, m, q]
-                        mPart[cta, m * 16 + g + 8 * half, n * 4 + t, None].store(pair.load())
-
-        # (b) dx for the warp's rows g and g+8.
-        blocks = I8 // 8
-        k_steps = self.O8 // 8
-        row_a = warp * 16 + g  # in the tile
-        dy_frag = cute.make_rmem_tensor((4, k_steps), Float32)
-        for ks in cutlass.range_constexpr(k_steps):
-            dy_frag[0, ks] = sDy[ks * 8 + 2 * t, row_a]
-            dy_frag[1, ks] = sDy[ks * 8 + 2 * t, row_a + 8]
-            dy_frag[2, ks] = sDy[ks * 8 + 2 * t + 1, row_a]
-            dy_frag[3, ks] = sDy[ks * 8 + 2 * t + 1, row_a + 8]
-        xs = cute.make_rmem_tensor((2, blocks, 2), Float32)  # x[row a/b, 8*block + 2t + u]
-        self.load_x(mX, first + row_a, batch, t, xs[0, None, None])
-        self.load_x(mX, first + row_a + 8, batch, t, xs[1, None, None])
-        dx = cute.make_rmem_tensor((2, blocks, 2), Float32)  # [row a/b, block, input 2t+u]
-        dx.fill(0.0)
-        tile_acc = cute.make_rmem_tensor((4, 1, 1), Float32)
-        for gb in cutlass.range_constexpr(G + 1):
-            for blk in cutlass.range_constexpr(blocks):
-                n = gb * blocks + blk
-                tile_acc.fill(0.0)
-                for ks in cutlass.range_constexpr(k_steps):
-                    for e in cutlass.range_constexpr(4):
-                        frag_a[e, 0, 0] = cutlass.TFloat32(dy_frag[e, ks])
-                    pair.store(sWt2[n * 8 + g, ks * 4 + t, None].load())
-                    frag_b_bits[0, 0, 0] = Int32(cute.arch.cvt_f32_tf32(pair[0]))
-                    frag_b_bits[1, 0, 0] = Int32(cute.arch.cvt_f32_tf32(pair[1]))
-                    cute.gemm(mma, tile_acc, frag_a, frag_b, tile_acc)
+        quad = cute.make_rmem_tensor((4,), Int32)
+        pair = cute.make_rmem_tensor((2,), Int32)
+        sW4 = cute.make_tensor(sW.iterator, cute.make_layout(
+            (self.b_tiles, INPUT_BLOCK, self.O8 // 2, 4), stride=(INPUT_BLOCK * self.w_stride, self.w_stride, 4, 1)))
+        sDy2 = cute.make_tensor(sDy.iterator, cute.make_layout(
+            (BWD_WARPS, self.warp_rows, self.dy_stride // 2, 2),
+            stride=(self.warp_rows * self.dy_stride, self.dy_stride, 2, 1)))
+        gauss = [Float32(0.0)] * self.xv  # sum_gb dfeat * phi * (u - gb)
+        lin = [Float32(0.0)] * self.xv  # dfeat_silu * silu'
+        n_tiles = self.warp_rows // 8
+        for mt in cutlass.range_constexpr(self.b_tiles):
+            acc = cute.make_rmem_tensor((4, 1, 1, n_tiles), Float32)
+            acc.fill(0.0)
+            for ks in cutlass.range_constexpr(self.k_steps):
+                # A: Wcat^T (f, o) = (16mt + g, 8ks + 2t), (f + 8, same), (f, o + 1), (f + 8, o + 1).
+                quad.store(sW4[mt, g, 4 * ks + t, None].load())
                 for e in cutlass.range_constexpr(4):
-                    half = e // 2  # row a or b
-                    u = e % 2
-                    row = row_a + 8 * half
-                    i = blk * 8 + 2 * t + u
-                    xv = xs[half, blk, u]
+                    frag_a_bits[e, 0, 0] = quad[e]
+                for nq in cutlass.range_constexpr(n_tiles):
+                    # B: dy^T outputs 8ks + 2t, +1 of row 8nq + g.
+                    pair.store(sDy2[warp, 8 * nq + g, 4 * ks + t, None].load())
+                    frag_b_bits[0, 0, 0] = pair[0]
+                    frag_b_bits[1, 0, 0] = pair[1]
+                    cute.gemm(mma, acc[None, None, None, nq], frag_a, frag_b, acc[None, None, None, nq])
+            # acc[e, nq]: feature 16mt + g + 8*(e // 2) (basis 2mt + e // 2, input g), row
+            # 8nq + 2t + e % 2 (x-value 2nq + e % 2).
+            for nq in cutlass.range_constexpr(n_tiles):
+                for e in cutlass.range_constexpr(4):
+                    gb = 2 * mt + e // 2
+                    k = 2 * nq + e % 2
+                    dfeat = acc[e, 0, 0, nq]
                     if cutlass.const_expr(gb < G):
-                        d = xv - Float32(self.mu[gb])
-                        slope = sFeat[gb * I8 + i, row] * d * Float32(-2.0 * self.inv_delta2)
-                    else:
-                        s = Float32(1.0) / (Float32(1.0) + cute.math.exp(-xv))
-                        slope = s * (Float32(1.0) + xv * (Float32(1.0) - s))
-                    dx[half, blk, u] = dx[half, blk, u] + tile_acc[e, 0, 0] * slope
-        for half in cutlass.range_constexpr(2):
-            row = first + row_a + 8 * half
-            for blk in cutlass.range_constexpr(blocks):
-                for u in cutlass.range_constexpr(2):
-                    i = blk * 8 + 2 * t + u
-                    if row < batch:
-                        if i < I:
-                            mDx[row, i] = dx[half, blk, u]
+                        gauss[k] = gauss[k] + (dfeat * phi[gb][k]) * (uc[k] - Float32(gb))
+                    elif cutlass.const_expr(gb == G):
+                        lin[k] = lin[k] + dfeat * dsilu[k]
+        # dphi/dx = phi * (-2 (x - mu) / delta^2) = phi * (u - gb) * (-2 / delta)
+        return [gauss[k] * Float32(-2.0 / self.delta) + lin[k] for k in range(self.xv)]
+
+    @cute.jit
+    def write_out(self, mSums: cute.Tensor, acc: cute.Tensor, tid: Int32, blk: Int32):
+        """Block blk's totals to their places in sums: entry o*KB8 + gb*8 + i is dC[o, (8 blk
+        + i)*G + gb] (gb < G) or dWb[o, 8 blk + i] (gb = G); padding dropped."""
+        I, O, G = self.I, self.O, self.G
+        for v in cutlass.range_constexpr(self.vecs_per_thread):
+            vec = tid + v * BWD_THREADS
+            for e in cutlass.range_constexpr(4):
+                entry = vec * 4 + e
+                o = entry // self.KB8
+                f = entry - o * self.KB8
+                gb = f // INPUT_BLOCK
+                i = blk * INPUT_BLOCK + f - gb * INPUT_BLOCK
+                if vec < self.row_vecs and o < O and i < I:
+                    place = self.dwb_at + o * I + i
+                    if gb < G:
+                        place = o * (I * G) + i * G + gb
+                    mSums[place] = acc[v, e]
 
 
 class KanGradReduce:
@@ -737,7 +992,7 @@ class KanGradReduce:
 
     A CTA owns 128 columns (lane l: 4 consecutive columns, one 128-bit load a row) and splits
     the rows among REDUCE_ROW_GROUPS = 16 warps: warp w adds rows w, w+16, ... in order, then
-    warp 0 adds the 16 warps' sums in warp order. At the defaults (tf32: 32 x 288 columns,
+    warp 0 adds the 16 warps' sums in warp order. At the defaults (fp32: 32 x 288 columns,
     R = 128 at B=8192) that is 72 CTAs reading 4.7 MB, a thread 8 rows, all 8 loads in flight
     at once (8 warps took two dependent rounds of L2 latency; measured 4.48 us on the H200).
     (Not kernels.column_sum: this reduce also puts each column at its place in dC | dWb and
@@ -808,8 +1063,13 @@ _KERNELS = {("forward", "fp32"): KanForwardFp32, ("backward", "fp32"): KanBackwa
 
 def _kernel_and_args(kind: str, I: int, O: int, G: int, precision: str) -> tuple[Any, tuple]:
     """The kernel object and the (fake) arguments it compiles with."""
-    pointers = 4 if kind == "forward" else 6
-    args = (*[_cute.fake_ptr() for _ in range(pointers)], Int32(1), _cute.fake_stream())
+    if (kind, precision) == ("backward", "tf32"):
+        # dy, x, C, Wb, dx, sums, work, tickets; batch, chunks, group size, groups
+        args = (*[_cute.fake_ptr() for _ in range(7)], _cute.fake_ptr(Int32),
+                *[Int32(1)] * 4, _cute.fake_stream())
+    else:
+        pointers = 4 if kind == "forward" else 6
+        args = (*[_cute.fake_ptr() for _ in range(pointers)], Int32(1), _cute.fake_stream())
     return _KERNELS[kind, precision](I, O, G), args
 
 
@@ -829,42 +1089,50 @@ def _compile(kind: str, I: int, O: int, G: int, precision: str, keep: bool = Fal
     return _compiled.get((kind, I, O, G, precision, keep), build)
 
 
+@functools.lru_cache(maxsize=None)
+def _tf32_backward(I: int, O: int, G: int) -> KanBackwardTf32:
+    """The TF32 backward's static configuration (sizes of its grid, rows and shared memory)."""
+    return KanBackwardTf32(I, O, G)
+
+
 def smem_bytes(I: int, O: int, G: int) -> int:
-    """Shared memory of the largest kernel (the backward of either precision)."""
+    """Shared memory of the largest kernel (either precision, forward or backward)."""
     F = (G + 1) * I
-    fp32 = ROWS * (I + 1) + _ceil(F, 32) * 32 * ROW_PAD + _ceil(O, 8) * 8 * ROW_PAD + O * F
+    fp32 = 4 * (ROWS * (I + 1) + _ceil(F, 32) * 32 * ROW_PAD + _ceil(O, 8) * 8 * ROW_PAD + O * F)
     t = KanTf32Config(I, O, G)
-    tf32 = (t.KP + t.O16) * (TF32_ROWS + 8) + t.KP * (t.O8 + 8)
-    return 4 * max(fp32, tf32)
+    tf32_forward = 4 * t.O8 * (t.KP + 8)
+    return max(fp32, tf32_forward, _tf32_backward(I, O, G).smem_bytes())
 
 
-def accumulators(I: int, O: int, G: int) -> tuple[int, int]:
-    """Most float accumulators one thread holds: (fp32 kernels: dWcat and dfeat tiles,
-    tf32 backward: its dWcat MMA tiles)."""
-    t = KanTf32Config(I, O, G)
-    return (max(_ceil(O, 8) * _ceil((G + 1) * I, 32), 4 * (G + 1)),
-            4 * (t.O16 // 16) * _ceil(t.KP // 8, TF32_WARPS))
+def fp32_accumulators(I: int, O: int, G: int) -> int:
+    """Most float accumulators one thread of the fp32 kernels holds (dWcat and dfeat tiles)."""
+    return max(_ceil(O, 8) * _ceil((G + 1) * I, 32), 4 * (G + 1))
 
 
 def check_sizes(chk: _arrays.Checker) -> None:
-    """Supported: O even (outputs stored in pairs); per-thread accumulators within 64 for
-    fp32 (ceil(O/8)*ceil((G+1)*I/32) and 4*(G+1)) and 128 for tf32 (4*ceil(O/16)*
-    ceil((G+1)*ceil(I/8)/4)); shared memory of the staged tiles <= 200 KB (the defaults
-    I=32, O=32, G=8 use 138 KB); B*max(I, O) < 2**31."""
+    """Supported: O even (outputs stored in pairs); fp32 per-thread accumulators
+    ceil(O/8)*ceil((G+1)*I/32) and 4*(G+1) within 64 (so G <= 15, and the tf32 backward's
+    held features, at most 4*(G+1) with 16-row warps, stay within MAX_HELD_FEATURES);
+    shared memory of the largest kernel <= 200 KB (the defaults I=32, O=32, G=8: 132 KB,
+    the fp32 backward); B*max(I, O) < 2**31 and the tf32 backward's partial rows under
+    2**31 floats (32-bit indexing)."""
     I, O = chk.dims["I"], chk.dims["O"]
     G = chk.dims["I*G"] // I
     chk.dim_multiple("O", 2, "outputs are stored two at a time")
-    fp32_acc, tf32_acc = accumulators(I, O, G)
-    if fp32_acc > MAX_ACC or tf32_acc > MAX_TF32_ACC:
+    where = f"{chk.where}: I={I}, O={O}, G={G} is outside the supported range:"
+    if fp32_accumulators(I, O, G) > MAX_ACC:
         raise _arrays.FoxcuteInputError(
-            f"{chk.where}: I={I}, O={O}, G={G} is outside the supported range: a thread would "
-            f"hold {fp32_acc} (fp32, at most {MAX_ACC}) or {tf32_acc} (tf32, at most "
-            f"{MAX_TF32_ACC}) accumulators")
+            f"{where} an fp32 thread would hold {fp32_accumulators(I, O, G)} accumulators "
+            f"(at most {MAX_ACC})")
     if smem_bytes(I, O, G) > MAX_SMEM_BYTES:
         raise _arrays.FoxcuteInputError(
-            f"{chk.where}: I={I}, O={O}, G={G} is outside the supported range: it needs "
-            f"{smem_bytes(I, O, G)} bytes of shared memory per CTA, over {MAX_SMEM_BYTES}")
+            f"{where} it needs {smem_bytes(I, O, G)} bytes of shared memory per CTA, over "
+            f"{MAX_SMEM_BYTES}")
     chk.dim_range("B", 1, MAX_ELEMENTS // max(I, O), "32-bit indexing")
+    t = _tf32_backward(I, O, G)
+    max_groups = MAX_TICKETS // t.blocks - 1  # >= 1: the fp32 limit bounds I far below 1024
+    rows = MAX_ELEMENTS // (t.blocks * t.row_len) - max_groups  # chunk rows of each block
+    chk.dim_range("B", 1, t.rows * rows, "32-bit indexing of the tf32 backward's partial sums")
 
 
 def forward(x, C, Wb, *, precision: str = "tf32"):
@@ -880,36 +1148,47 @@ def forward(x, C, Wb, *, precision: str = "tf32"):
 
 
 def backward(dy, x, C, Wb, *, precision: str = "tf32"):
-    """(dC, dWb, dx) on x's current stream: the backward kernel, then the grad reduce.
-    dC and dWb are views into one array."""
+    """(dC, dWb, dx) on x's current stream; dC and dWb are views into one array.
+    tf32: one launch (KanBackwardTf32, the batch reduction included; its tickets come from
+    _cute.tickets and are left at zero). fp32: the backward kernel, then the grad reduce."""
     B, I = x.shape
     O = C.shape[0]
     G = C.shape[1] // I
-    layout = GradLayout(O, I, G, precision)
-    num_ctas = -(-B // (TF32_ROWS if precision == "tf32" else ROWS))  # the kernel's grid
     dx = _arrays.empty(x, (B, I))
-    partials = _arrays.empty(x, (num_ctas, layout.partial_len))
-    _compile("backward", I, O, G, precision)(
-        _cute.gmem_ptr(dy), _cute.gmem_ptr(x), _cute.gmem_ptr(C), _cute.gmem_ptr(Wb),
-        _cute.gmem_ptr(dx), _cute.gmem_ptr(partials), Int32(B), _cute.current_stream(x))
-    sums = _arrays.empty(x, (layout.sums_len,))
-    _compile_reduce(layout)(_cute.gmem_ptr(partials), _cute.gmem_ptr(sums), Int32(num_ctas),
-                            _cute.current_stream(x))
+    dwb_at, sums_len = output_layout(O, I, G)
+    sums = _arrays.empty(x, (sums_len,))
+    ptr = _cute.gmem_ptr
+    if precision == "tf32":
+        t = _tf32_backward(I, O, G)
+        chunks, group_size, groups = reduction_grid(B, t.blocks, t.rows)
+        work = _arrays.empty(x, (t.blocks * (chunks + groups) * t.row_len,))  # fully rewritten
+        tickets = _cute.tickets(x, t.blocks * (groups + 1))
+        _compile("backward", I, O, G, precision)(
+            ptr(dy), ptr(x), ptr(C), ptr(Wb), ptr(dx), ptr(sums), ptr(work), ptr(tickets, Int32),
+            Int32(B), Int32(chunks), Int32(group_size), Int32(groups), _cute.current_stream(x))
+    else:
+        layout = GradLayout(O, I, G)
+        num_ctas = _ceil(B, ROWS)  # the kernel's grid
+        partials = _arrays.empty(x, (num_ctas, layout.partial_len))
+        _compile("backward", I, O, G, precision)(
+            ptr(dy), ptr(x), ptr(C), ptr(Wb), ptr(dx), ptr(partials), Int32(B), _cute.current_stream(x))
+        _compile_reduce(layout)(ptr(partials), ptr(sums), Int32(num_ctas), _cute.current_stream(x))
     dC = sums[:O * I * G].reshape(O, I * G)
-    dWb = sums[layout.dwb_at:].reshape(O, I)
+    dWb = sums[dwb_at:].reshape(O, I)
     return dC, dWb, dx
 
 
 DEFAULTS = (32, 32, 8)  # I, O, G
 
 
-
 def kernels_for_ci() -> dict[str, tuple[Any, tuple]]:
-    """{name: (kernel, compile arguments)} for each kernel at the defaults."""
+    """{name: (kernel, compile arguments)} for each kernel at the defaults, and the TF32
+    backward with 16-row warps (many basis functions, several output tiles)."""
     kernels = {f"kan_{kind}_{p}": _kernel_and_args(kind, *DEFAULTS, p)
                for kind in ("forward", "backward") for p in ("tf32", "fp32")}
+    kernels["kan_backward_I16_O48_G12_tf32"] = _kernel_and_args("backward", 16, 48, 12, "tf32")
     I, O, G = DEFAULTS
-    kernels["kan_grad_reduce"] = (KanGradReduce(GradLayout(O, I, G, "tf32")), _reduce_args())
+    kernels["kan_grad_reduce"] = (KanGradReduce(GradLayout(O, I, G)), _reduce_args())  # fp32
     return kernels
 
 
@@ -918,5 +1197,5 @@ def compiled_for_ci() -> dict[str, Any]:
     compiled = {f"kan_{kind}_{p}": _compile(kind, *DEFAULTS, p, keep=True)
                 for kind in ("forward", "backward") for p in ("tf32", "fp32")}
     I, O, G = DEFAULTS
-    compiled["kan_grad_reduce"] = _compile_reduce(GradLayout(O, I, G, "tf32"), keep=True)
+    compiled["kan_grad_reduce"] = _compile_reduce(GradLayout(O, I, G), keep=True)  # fp32
     return compiled
