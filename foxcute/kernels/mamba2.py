@@ -7,7 +7,8 @@ Two implementations, picked by `impl`:
          i.e. Bt = 64 // K whole samples, so the K-step window of every sample it scans lies
          in that CTA. Both kernels are persistent (tiles cta, cta + grid, ...).
          Forward: walks SH2 in CHUNK = 64 column steps; 128-bit loads of the next chunk go
-         to registers while the tensor cores multiply the current one (a|u = h_hist @
+         to registers while the tensor cores multiply the current one (during a tile's last
+         chunk, the next tile's first: in flight through the scan) (a|u = h_hist @
          [W_A|W_B]); W_A|W_B and W_C sit in shared memory for the CTA's life where two CTAs
          per SM still fit (the defaults). c = h @ W_C is FFMA, 4 states of a sample per
          thread (_StateProduct), put in shared memory for the scan: one thread per (sample,
@@ -370,6 +371,18 @@ class FusedForward(_TileCopies):
         self.kernel(mHist, mH, mWA, mWB, mWC, mw, mOut, sigma, batch, num_ctas).launch(
             grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream)
 
+    @cute.jit
+    def fetch_chunk(self, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor, mWB: cute.Tensor,
+                    mWC: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32, rHist: cute.Tensor,
+                    rH: cute.Tensor, rW: cute.Tensor, rWC: cute.Tensor):
+        """Registers <- SH2 columns col0 : col0 + CHUNK of the h_hist and h rows of samples
+        b0 : b0 + n_samples, and of W_A|W_B and W_C unless they are resident."""
+        self.fetch_rows(mHist, b0 * self.K, n_samples * self.K, col0, rHist, TILE_ROWS, CHUNK)
+        self.fetch_rows(mH, b0, n_samples, col0, rH, self.samples, CHUNK)
+        if const_expr(not self.resident_weights):
+            self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
+            self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
+
     @cute.kernel
     def kernel(self, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor, mWB: cute.Tensor,
                mWC: cute.Tensor, mw: cute.Tensor, mOut: cute.Tensor, sigma: Float32, batch: Int32,
@@ -405,20 +418,20 @@ class FusedForward(_TileCopies):
                 self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D, self.tf32)
                 self.store_rows(rWC, cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
 
+        # The first tile's first chunk; each later tile's is fetched during the previous
+        # tile's last chunk, so it is in flight through the scan and the output stores
+        # instead of being waited for at the tile's start.
         num_tiles = (batch + Bt - 1) // Bt
+        self.fetch_chunk(mHist, mH, mWA, mWB, mWC, cta * Bt, cutlass.min(batch - cta * Bt, Bt), 0,
+                         rHist, rH, rW, rWC)
         for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
             b0 = tile * Bt
             n_samples = cutlass.min(batch - b0, Bt)
-            row0 = b0 * K
+            next_b0 = b0 + num_ctas * Bt
+            next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
             acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))
             acc.fill(0.0)
             c_acc.fill(0.0)
-
-            self.fetch_rows(mHist, row0, n_samples * K, 0, rHist, TILE_ROWS, CHUNK)
-            self.fetch_rows(mH, b0, n_samples, 0, rH, Bt, CHUNK)
-            if const_expr(not self.resident_weights):
-                self.fetch_weights_ab(mWA, mWB, 0, rW, D)
-                self.fetch_rows(mWC, 0, CHUNK, 0, rWC, CHUNK, D)
             for kc in cutlass.range(n_chunks, unroll=1):
                 self.store_rows(rHist, sA, TILE_ROWS, CHUNK, self.tf32)
                 self.store_rows(rH, sH, Bt, CHUNK)
@@ -427,12 +440,10 @@ class FusedForward(_TileCopies):
                     self.store_rows(rWC, sWC, CHUNK, D)
                 cute.arch.barrier()
                 if kc + 1 < n_chunks:  # next chunk's loads fly while this one is multiplied
-                    col1 = (kc + 1) * CHUNK
-                    self.fetch_rows(mHist, row0, n_samples * K, col1, rHist, TILE_ROWS, CHUNK)
-                    self.fetch_rows(mH, b0, n_samples, col1, rH, Bt, CHUNK)
-                    if const_expr(not self.resident_weights):
-                        self.fetch_weights_ab(mWA, mWB, col1, rW, D)
-                        self.fetch_rows(mWC, col1, CHUNK, 0, rWC, CHUNK, D)
+                    self.fetch_chunk(mHist, mH, mWA, mWB, mWC, b0, n_samples, (kc + 1) * CHUNK,
+                                     rHist, rH, rW, rWC)
+                elif next_samples > 0:
+                    self.fetch_chunk(mHist, mH, mWA, mWB, mWC, next_b0, next_samples, 0, rHist, rH, rW, rWC)
                 w_chunk = kc if const_expr(self.resident_weights) else 0
                 sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
