@@ -37,7 +37,8 @@ BENCH = "timing.bench per part (no kernel events recorded)"
 DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 TABLE_COLUMNS = ["backend", "layer", "kernel", "share of step (%)", "us per call", "calls per step",
                  "total us", "method"]
-STEP_IMPLS = ("naive", "cute", "torch_eager", "torch_compile_cudagraphs")  # step_records' default
+# step_records' default
+STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile_cudagraphs")
 _TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
                 "torch_compile_cudagraphs": "reduce-overhead"}  # foxcute.peers.step.Step modes
 
@@ -181,7 +182,8 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
     saying how it was timed. A failing implementation gets an "error" instead of a time.
 
     cute: straight through the kernel modules, captured in one CUDA graph, replays timed
-    (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run.
+    (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run,
+    the parts of step.LANES[1] on a second stream; cute_one_stream: the same on one stream.
     naive: plain calls, `naive_reps` of them (a naive step takes seconds). The torch peer
     (foxcute.peers.step) as a PyTorch user runs it, plain calls: torch_eager,
     torch_compile (also accepted; not in the default list: one more compile of minutes),
@@ -217,11 +219,13 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
 def _step_function(name: str, device: dict[str, dict[str, Any]], precision: str,
                    impl: str) -> tuple[Callable[[], dict[str, Any]], bool]:
     """(zero-argument step function, whether timing.bench may capture it in a CUDA graph)."""
-    if name in ("naive", "cute"):
-        return step.kernel_step(device, backend=name, precision=precision, impl=impl), name == "cute"
+    if name in ("naive", "cute", "cute_one_stream"):
+        backend = "naive" if name == "naive" else "cute"
+        fn = step.kernel_step(device, backend=backend, precision=precision, impl=impl, lanes=name == "cute")
+        return fn, backend == "cute"
     if name not in _TORCH_MODES:
         raise ValueError(f"foxcute.breakdown: unknown step implementation {name!r}; known: "
-                         f"naive, cute, {', '.join(_TORCH_MODES)}")
+                         f"naive, cute, cute_one_stream, {', '.join(_TORCH_MODES)}")
     from .peers.step import Step
 
     peer = Step(_TORCH_MODES[name], precision)

@@ -303,8 +303,8 @@ def write_index(out_dir: Path) -> Path:
 
 README_BEGIN = "<!-- foxcute-results:begin (written by `foxcute index`) -->"
 README_END = "<!-- foxcute-results:end -->"
-HEADLINE_IMPLS = ("naive", "cute", "cute_fused", "cute_seed", "torch_eager", "torch_compile",
-                  "torch_compile_cudagraphs")
+HEADLINE_IMPLS = ("naive", "cute", "cute_one_stream", "cute_fused", "cute_seed", "torch_eager",
+                  "torch_compile", "torch_compile_cudagraphs")
 
 
 def headline_markdown(run_dir: Path) -> str:

@@ -117,6 +117,14 @@ PARTS = ("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denois
 # Outputs that later parts take as inputs, and the parts that take them.
 CHAINED = ("mamba2.out", "curiosity.r")
 _CHAINING_PARTS = ("curiosity_fwd_bwd", "risk_budget_forward")
+# kernel_step's two streams ("lanes"): the chain (Mamba2 forward -> curiosity -> risk head) and
+# what no part of it feeds, split so that work of different kinds overlaps: the main lane's
+# small-MLP kernels run one CTA per SM and are latency bound, leaving registers, shared memory
+# and DRAM bandwidth to the side lane's memory-bound IQN column sums, then to the Mamba2
+# backward. (An H200 experiment of five splits chose this one; the run's "cute" and
+# "cute_one_stream" records measure what it gains.)
+LANES = (("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoise_backward", "kan_backward"),
+         ("iqn_bias_grad_reduce", "mamba2_backward"))
 
 
 class _PublicLayers:
@@ -263,19 +271,72 @@ def kernel_parts(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pr
 
 
 def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", precision: str = "tf32",
-                impl: str = "fused") -> Callable[[], dict[str, Any]]:
+                impl: str = "fused", lanes: bool = True) -> Callable[[], dict[str, Any]]:
     """Validates `inputs` with one `run`, then returns a function that launches one step
-    straight through the kernel modules on the current stream and returns its fresh outputs
-    (as `run` names them). That function can be captured in a CUDA graph (timing.bench)."""
+    straight through the kernel modules and returns its fresh outputs (as `run` names them,
+    in its order). lanes=True: the parts of LANES[1] go to a stream of their own, forked from
+    the current stream and joined back into it before the function returns; lanes=False: all
+    on the current stream, in PARTS order. Either way the function can be captured in a CUDA
+    graph (timing.bench), the side lane becoming a parallel branch of the graph."""
     layers = _KernelLayers(backend, precision, impl)
     _validate(inputs, backend, precision, impl)
+    side = _SideLane(inputs["mamba2"]["h"]) if lanes else None
 
     def launch() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for _, part in _parts(layers, inputs, out):
-            part()
-        return out
+        made: dict[str, list[str]] = {}
+        parts = dict(_parts(layers, inputs, out))
+
+        def run_parts(names):
+            for name in names:
+                before = set(out)
+                parts[name]()
+                made[name] = [k for k in out if k not in before]
+        if side is None:
+            run_parts(PARTS)
+        else:
+            side.run(lambda: run_parts(LANES[1]), lambda: run_parts(LANES[0]))
+        return {k: out[k] for name in PARTS for k in made[name]}
     return launch
+
+
+class _SideLane:
+    """A private second stream of x's library (torch or cupy) on x's device. `run(side, main)`
+    forks it from the current stream, launches side() on it and main() on the current stream,
+    and makes the current stream wait for it. Every run forks first, so memory the side lane
+    freed and reallocates is never in use by earlier work of the current stream."""
+
+    def __init__(self, x: Any):
+        self.kind = array_kind(x)
+        if self.kind == "torch":
+            import torch
+
+            self.device = x.device
+            self.stream = torch.cuda.Stream(device=x.device)
+        else:
+            import cupy
+
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def run(self, side: Callable[[], None], main: Callable[[], None]) -> None:
+        if self.kind == "torch":
+            import torch
+
+            current = torch.cuda.current_stream(self.device)
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
+                side()
+            main()
+            current.wait_stream(self.stream)
+        else:
+            import cupy
+
+            current = cupy.cuda.get_current_stream()
+            self.stream.wait_event(current.record())
+            with self.stream:
+                side()
+            main()
+            current.wait_event(self.stream.record())
 
 
 def to_device(inputs: dict[str, dict[str, Any]], library: str = "torch") -> dict[str, dict[str, Any]]:

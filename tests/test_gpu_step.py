@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from foxcute import breakdown, step
-from foxcute.checks import TOLERANCE
+from foxcute.checks import TOLERANCE, to_numpy
 
 pytestmark = pytest.mark.gpu
 
@@ -73,11 +73,17 @@ def test_naive_step_matches_reference(case):
     assert_within(out, host, reference, "fp32")  # plain FFMA float32
 
 
-def test_kernel_step_equals_run_bit_for_bit(case):
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+@pytest.mark.parametrize("lanes", [True, False])
+def test_kernel_step_equals_run_bit_for_bit(case, lanes, library):
+    # Two streams or one, the same outputs in run's order and bits (no part shares a buffer).
     host, _ = case(SMALL)
-    x = step.to_device(host)
-    launch = step.kernel_step(x, backend="cute")
-    assert_bitwise_equal(launch(), step.run(x, backend="cute"))
+    x = step.to_device(host, library)
+    launch = step.kernel_step(x, backend="cute", lanes=lanes)
+    got, want = launch(), step.run(x, backend="cute")
+    assert list(got) == list(want)
+    for name in got:
+        assert np.array_equal(to_numpy(got[name]).view(np.int32), to_numpy(want[name]).view(np.int32)), name
 
 
 def test_captured_step_follows_new_inputs_and_equals_eager_bit_for_bit(case):
@@ -149,14 +155,15 @@ def test_breakdown_tables_name_every_part_and_kernel(case):
 
 def test_step_records_time_and_check_every_implementation(case):
     _, reference = case(SMALL)
-    records = breakdown.step_records(SMALL, seed=SMALL.B, impls=("naive", "cute", "torch_eager"),
+    impls = ("naive", "cute", "cute_one_stream", "torch_eager")
+    records = breakdown.step_records(SMALL, seed=SMALL.B, impls=impls,
                                      warmup=2, reps=3, calls_per_rep=2, naive_reps=2, reference=reference)
-    assert [r["impl"] for r in records] == ["naive", "cute", "torch_eager"]
+    assert [r["impl"] for r in records] == list(impls)
     for r in records:
         assert "error" not in r, r
         assert r["layer"] == "step" and r["params"]["B"] == SMALL.B and r["time_us"] > 0
-    naive, cute, torch_eager = records
+    naive, cute, cute_one_stream, torch_eager = records
     assert naive["rel_err"] <= TOLERANCE["fp32"]
-    assert cute["rel_err"] <= TOLERANCE["tf32"]
+    assert cute["rel_err"] == cute_one_stream["rel_err"] <= TOLERANCE["tf32"]  # the same bits
     assert torch_eager["rel_err"] <= PEER_TF32_BOUND
-    assert records[1]["timing"] == "CUDA graph replay"
+    assert cute["timing"] == cute_one_stream["timing"] == "CUDA graph replay"

@@ -125,6 +125,16 @@ def test_parts_run_in_the_order_of_PARTS_and_make_the_step(inputs):
         np.testing.assert_array_equal(out[name], whole[name])
 
 
+def test_lanes_split_the_parts_and_keep_the_chain_in_one_lane():
+    # Each part once, each lane in PARTS order, and the chain (Mamba2 forward -> the parts that
+    # take its outputs) in one lane: a chained part on the other stream would race its input.
+    main, side = step.LANES
+    assert sorted(main + side) == sorted(step.PARTS)
+    for lane in step.LANES:
+        assert list(lane) == [p for p in step.PARTS if p in lane]
+    assert {"mamba2_forward", *step._CHAINING_PARTS} <= set(main)
+
+
 def test_kernel_path_needs_a_gpu_backend(inputs):
     with pytest.raises(ValueError, match="needs a GPU backend"):
         step.kernel_step(inputs, backend="reference")
