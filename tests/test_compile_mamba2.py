@@ -72,28 +72,31 @@ def _mmas_fed_by_cvt(text):
             for a, b in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}, \{([^}]*)\}", flat)]
 
 
-def test_tf32_operands_staged_by_registers_are_rounded_once(ptx):
-    # The forward stages h_hist and W_A|W_B through registers, rounding them there: no MMA
-    # of it converts at the fragment load. The backward's h_hist arrives by cp.async and is
-    # converted at its loads; dh_hist = [da|du] @ [W_A|W_B]^T takes both operands as staged.
-    forward = _mmas_fed_by_cvt(ptx["fused_forward_tf32"])
-    assert forward and not any(forward)
-    backward = _mmas_fed_by_cvt(ptx["fused_backward_tf32"])
-    assert any(backward) and not all(backward)
+def test_tf32_operands_are_rounded_once_where_staged(ptx):
+    # The forward stages h_hist and W_A|W_B through registers, rounding them there; the
+    # backward rounds its cp.async h_hist chunk in place once it has landed (it converted at
+    # every fragment load of a|u and dW before: two instructions per element and product),
+    # and [da|du] where the reverse scan writes it: no MMA converts at the fragment load.
+    for name in ("fused_forward_tf32", "fused_backward_tf32"):
+        fed_by_cvt = _mmas_fed_by_cvt(ptx[name])
+        assert fed_by_cvt and not any(fed_by_cvt), name
 
 
 def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
     # m16n8k8 TF32 A registers: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4), g = lane/4,
     # t = lane%4. Each is its own element: 8 rows and 4 columns apart in the shared-memory
     # tile (a register tensor "like" a K-major partition once fed a0, a2, a2, a1 instead).
+    # a|u is computed as a|u^T = W^T h_hist^T with k = t, t+4 read at rows 2t, 2t+1 of W (so
+    # that h_hist, now B, loads its pairs 64 bits at a time): a2 is one W row after a0.
     K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
     rows8 = lambda pitch: 8 * pitch * 4  # noqa: E731  (bytes)
+    w_row = 4 * (2 * D + 4)  # bytes: the W tile's TF32 row pitch
     expected = {
-        "fused_forward_tf32": {(rows8(mamba2.CHUNK + 4), 16)},  # h_hist chunk, K-major
+        "fused_forward_tf32": {(32, w_row)},  # a|u^T: W^T, M-major, K pairs on adjacent rows
         "fused_backward_tf32": {
-            (rows8(SH2 + 4), 16),  # a|u: h_hist tile, K-major
+            (32, w_row),  # a|u^T: W^T as in the forward
             (rows8(2 * D + 4), 16),  # dh_hist: [da|du], K-major
-            (32, 4 * (SH2 + 4) * 4),  # [dW_A|dW_B]: h_hist^T, M-major
+            (32, 4 * (SH2 + 8) * 4),  # [dW_A|dW_B]: h_hist^T, M-major
         },
     }
     for name, pairs in expected.items():
@@ -101,6 +104,51 @@ def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
         assert offsets and None not in offsets, name
         seen = {(a1, a2) for a0, a1, a2, a3 in offsets if a0 == 0 and a3 == a1 + a2}
         assert len(seen) == len(set(offsets)) and seen == pairs, (name, set(offsets))
+
+
+def _mma_b_operand_loads(text):
+    """For every TF32 mma.sync: ("v2", offset) where its b0, b1 are the two registers of one
+    ld.shared.v2 in that order (directly or each through a cvt.rna), ("scalar", b1 - b0 byte
+    offset) where each comes from its own scalar ld.shared off one base, else None."""
+    pairs, loads, converts = {}, {}, {}
+    for line in text.splitlines():
+        m = re.match(r"\s*ld\.shared\.v2\.[bf]32\s+\{(%r\d+),\s*(%r\d+)\},\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
+        if m:
+            pairs[m.group(1)] = (m.group(2), m.group(3), int(m.group(4) or 0))
+        m = re.match(r"\s*ld\.shared\.[bf]32\s+(%r\d+),\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
+        if m:
+            loads[m.group(1)] = (m.group(2), int(m.group(3) or 0))
+        m = re.match(r"\s*cvt\.rna\.tf32\.f32\s+(%r\d+),\s*(%r\d+);", line)
+        if m:
+            converts[m.group(1)] = m.group(2)
+    found = []
+    flat = re.sub(r"\s+", " ", text)
+    for operands in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{[^}]*\}, \{([^}]*)\}", flat):
+        b0, b1 = (converts.get(r.strip(), r.strip()) for r in operands.split(","))
+        if b0 in pairs and pairs[b0][0] == b1:
+            found.append(("v2", pairs[b0][2]))
+        elif b0 in loads and b1 in loads and loads[b0][0] == loads[b1][0]:
+            found.append(("scalar", loads[b1][1] - loads[b0][1]))
+        else:
+            found.append(None)
+    return found
+
+
+def test_tf32_b_fragments_load_in_64_bit_pairs(ptx):
+    # b0, b1 (k = t, t+4) sit side by side (k relabeled so that t, t+4 are 2t, 2t+1) and are
+    # one ld.shared.v2, first register b0: every MMA of the forward (a|u^T, B = h_hist) and
+    # of the backward's a|u^T and dh_hist (B = W); dW's B ([da|du]^T, K = rows) is K-strided
+    # and stays scalar, 4 rows apart. Loads: the forward 8 K steps x 2 N repeats per chunk,
+    # the backward the same for a|u plus 4 K steps x 4 N repeats for dh_hist.
+    D = mamba2.DEFAULTS["D"]
+    forward = _mma_b_operand_loads(ptx["fused_forward_tf32"])
+    assert forward and all(b is not None and b[0] == "v2" for b in forward), forward
+    assert ptx["fused_forward_tf32"].count("ld.shared.v2.b32") == 16
+    backward = _mma_b_operand_loads(ptx["fused_backward_tf32"])
+    assert None not in backward, backward
+    assert sum(b[0] == "v2" for b in backward) == 32
+    assert {b for b in backward if b[0] == "scalar"} == {("scalar", 4 * 4 * (2 * D + 4))}
+    assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == 32
 
 
 def test_fused_kernels_stream_h_hist_16_bytes_at_a_time(ptx):
@@ -143,7 +191,9 @@ def test_fused_forward_keeps_everything_in_registers_at_two_ctas_per_sm(precisio
 
 def test_fused_backward_fits_two_ctas_per_sm_without_spills():
     # capped at 128 registers (two 256-thread CTAs per SM); the partials' old values are
-    # loaded once dh_hist's accumulators are free, so nothing spills at the defaults
+    # loaded once dh_hist's accumulators are free and the running dsigma sums live in shared
+    # memory, so nothing spills at the defaults
+    assert mamba2.FusedBackward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), "tf32").ctas_per_sm() == 2
     report = _report("fused_backward")
     assert report["registers"] <= 128, report
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report

@@ -33,8 +33,9 @@ Two implementations, picked by `impl`:
          dh = dout + dc W_C^T.
 
 Matrix products run on TF32 tensor cores (warp-level mma.sync m16n8k8, operands rounded
-with cvt.rna: once when staged through registers into shared memory, else at the fragment
-load) for precision="tf32", or as exact float32 FFMA for precision="fp32"; both go
+with cvt.rna once when staged into shared memory: through registers, or in place once the
+backward's cp.async h_hist chunk has landed; B fragments loaded 64 bits at a time, see
+_mma_smem) for precision="tf32", or as exact float32 FFMA for precision="fp32"; both go
 through the same CuTe tiled-MMA partitioning, so the tile code is shared. The scans, c,
 dctx and every reduction are float32 FFMA in both modes.
 """
@@ -51,6 +52,7 @@ import cuda.bindings.driver as cuda  # noqa: E402  (after _cute: it sets the tar
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32, const_expr  # noqa: E402
+from cutlass._mlir.dialects import llvm  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
 from .gemm import load_bits, load_tf32, round_tf32  # noqa: E402
@@ -89,23 +91,83 @@ def check_sizes(chk: Checker, impl: str) -> None:
 # shared building blocks (called while tracing a kernel)
 
 
-def _tiled_mma(tf32: bool) -> cute.TiledMma:
-    """The 256-thread MMA every product of the fused kernels uses (M a multiple of 64, N of 16).
+def _tiled_mma(tf32: bool, warps_m: int = 4) -> cute.TiledMma:
+    """The 256-thread MMA of the fused kernels' products (M a multiple of 16 warps_m, N of
+    8 (8 / warps_m)).
 
-    tf32: 8 warps as 4 (M) x 2 (N), each warp issuing m16n8k8 mma.sync (a 64 x 16 x 8 tile).
+    tf32: 8 warps as warps_m (M) x 8 / warps_m (N), each warp issuing m16n8k8 mma.sync.
     fp32: one FMA per thread and step over a 16 x 16 thread grid; a warp covers 8 rows x 4
     columns, so the A values it reads from shared memory are 8 distinct rows (conflict-free
     at a row pitch of 4 mod 32) and its B values 4 distinct columns."""
     if tf32:
-        return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)), cute.make_layout((4, 2, 1)))
+        return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)),
+                                   cute.make_layout((warps_m, THREADS // 32 // warps_m, 1)))
     return cute.make_tiled_mma(
         cute.nvgpu.MmaUniversalOp(Float32),
         cute.make_layout(((8, 2), (4, 4), 1), stride=((1, 32), (8, 64), 0)),
     )
 
 
+def _pair_pitch(width: int, tf32: bool) -> int:
+    """Row pitch (words) of a tile `width` (a multiple of 16) wide that a TF32 B operand
+    reads with K along its columns in 64-bit pairs (h_hist for a|u, W for dh_hist): 8 mod 16,
+    so a warp's pair loads (8 rows g x 4 lane pairs t at g * pitch + 2t) fall on disjoint
+    banks in each half-warp; dW's reads down the h_hist columns (g + t * pitch) hit 32
+    distinct banks too (at 4 mod 32 they were 2-way conflicts). fp32: 4 mod 16, as before."""
+    return width + (8 if tf32 else 4)
+
+
+def _w_pitch(D: int, tf32: bool) -> int:
+    """Row pitch of the [W_A|W_B] tile (rows of 2D) that a|u reads with K = rows. TF32: 4 mod
+    16, so lane (g, t) reading k = 2t (and 2t + 1, _k_pairs_view) at column g hits bank
+    g + 8t (+ 4) (mod 32): conflict-free. fp32: 8 mod 32, as before."""
+    return 2 * D + (4 if tf32 else 8)
+
+
+def _k_pairs_view(s: cute.Tensor) -> cute.Tensor:
+    """The (rows, Kc) view s with its K mode split as ((4, 2), Kc/8): in every 8-wide K step
+    logical k = t and t + 4 are physical 2t and 2t + 1, so a TF32 B fragment pair (b0, b1)
+    is adjacent where s is K-contiguous. Applied to the K index of both operands of a product
+    it only reorders the sum inside each MMA (the last bits change; run to run they do not)."""
+    rows, kc = s.shape
+    row_stride, k_stride = s.layout.stride
+    return cute.make_tensor(s.iterator, cute.make_layout(
+        (rows, ((4, 2), kc // 8)), stride=(row_stride, ((2 * k_stride, k_stride), 8 * k_stride))))
+
+
+def _k_order_view(s: cute.Tensor) -> cute.Tensor:
+    """The (rows, width) view s whose column c = 8j + 2e + h is physical column 8j + e + 4h:
+    physical column k holds the column that _k_pairs_view puts at k, so a product reading s
+    with K = physical columns and its other operand through _k_pairs_view multiplies matching
+    columns, with the other operand's fragment pairs adjacent and s's (a0, a2) apart (no
+    merged 64-bit A loads, which mma.sync would need moved apart again)."""
+    rows, width = s.shape
+    row_stride, _ = s.layout.stride
+    return cute.make_tensor(s.iterator, cute.make_layout(
+        (rows, ((2, 4), width // 8)), stride=(row_stride, ((4, 1), 8))))
+
+
+def _fragment_bits(x: Float32, rounded: bool) -> Int32:
+    """x as the MMA's TF32 operand register: its bits where it was rounded to TF32 when
+    staged, else rounded to nearest here (cvt.rna: truncating would bias every product)."""
+    if const_expr(rounded):
+        return Int32(llvm.bitcast(Int32.mlir_type, x.ir_value()))
+    return Int32(cute.arch.cvt_f32_tf32(x))
+
+
+def _load_b_pairs(dst: cute.Tensor, src: cute.Tensor, rounded: bool) -> None:
+    """dst <- src, one K step of a B partition whose b0, b1 are adjacent in shared memory:
+    one 64-bit load per N repeat ni (flat fragment index kh + 2 ni)."""
+    pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
+    for ni in range(cute.size(src, mode=[1])):
+        assert src[None, ni].layout.stride == (1,), "b_pairs: b0, b1 must be adjacent"
+        pair.store(src[None, ni].load())
+        for kh in range(2):
+            dst[kh + 2 * ni] = _fragment_bits(pair[kh], rounded)
+
+
 def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor,
-              tf32: bool, a_rounded: bool = False, b_rounded: bool = False) -> None:
+              tf32: bool, a_rounded: bool = False, b_rounded: bool = False, b_pairs: bool = False) -> None:
     """acc += sA @ sB^T for shared-memory views sA (M, Kc) and sB (N, Kc), Kc a multiple of 8.
 
     tf32: the register operands are the atom's own fragments (make_fragment_A/B: the
@@ -116,7 +178,12 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
     bits). A register tensor made "like" the shared-memory partition
     copies its stride order instead; for a K-major A (a row pitch > 1 between the value
     modes) mma.sync then got a0, a2, a2, a1 and never a3 (seen in the PTX), which is what
-    made every K-major-A product of the TF32 kernels wrong on the H200."""
+    made every K-major-A product of the TF32 kernels wrong on the H200.
+
+    b_pairs (tf32): sB holds each lane's b0, b1 (k = t, t + 4) at adjacent addresses (see
+    _k_pairs_view): one 64-bit ld.shared for the two, half of B's load instructions. Only B:
+    A's pairs would be (a0, a2), (a1, a3), registers that mma.sync wants apart (two moves
+    per load saved, seen in the SASS), so A is never laid out with adjacent pairs."""
     tCsA = thr.partition_A(sA)
     tCsB = thr.partition_B(sB)
     if const_expr(tf32):
@@ -125,7 +192,10 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
         for k in range(cute.size(tCsA, mode=[2])):
             # round to nearest (cvt.rna): truncating float32 bits would bias every product
             (load_bits if a_rounded else load_tf32)(rA, tCsA[None, None, k])
-            (load_bits if b_rounded else load_tf32)(rB, tCsB[None, None, k])
+            if const_expr(b_pairs):
+                _load_b_pairs(rB, tCsB[None, None, k], b_rounded)
+            else:
+                (load_bits if b_rounded else load_tf32)(rB, tCsB[None, None, k])
             cute.gemm(tiled, acc, rA, rB, acc)
     else:
         for k in range(cute.size(tCsA, mode=[2])):
@@ -134,6 +204,31 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
             cute.autovec_copy(tCsA[None, None, k], a)
             cute.autovec_copy(tCsB[None, None, k], b)
             cute.gemm(tiled, acc, a, b, acc)
+
+
+def _au_tiled_mma(tf32: bool, D: int) -> cute.TiledMma:
+    """The MMA of a|u = h_hist @ [W_A|W_B] (see _au_product): TF32 as min(4, 2D/16) warps
+    along M = 2D, the rest along N = TILE_ROWS."""
+    return _tiled_mma(tf32, min(4, 2 * D // 16))
+
+
+def _au_shape(tf32: bool, D: int) -> tuple[int, int]:
+    """Shape of _au_product's accumulator tile: a|u^T for TF32, a|u for fp32."""
+    return (2 * D, TILE_ROWS) if tf32 else (TILE_ROWS, 2 * D)
+
+
+def _au_product(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sHist: cute.Tensor, sWt: cute.Tensor,
+                tf32: bool) -> None:
+    """acc += one chunk of a|u, from sHist (TILE_ROWS, Kc) K-contiguous and sWt = [W_A|W_B]^T
+    (2D, Kc) with K = rows of W (both rounded to TF32 when staged). TF32 computes the transpose
+    a|u^T = W^T @ h_hist^T with the K index of both relabeled by _k_pairs_view, so that
+    h_hist (B) loads its fragment pairs 64 bits at a time; only the order of the adds
+    inside each MMA changes (the last bits, the same run to run)."""
+    if const_expr(tf32):
+        _mma_smem(tiled, thr, acc, _k_pairs_view(sWt), _k_pairs_view(sHist), True, a_rounded=True,
+                  b_rounded=True, b_pairs=True)
+    else:
+        _mma_smem(tiled, thr, acc, sHist, sWt, False)
 
 
 @cute.jit
@@ -288,6 +383,24 @@ class _TileCopies:
         cute.arch.cp_async_commit_group()
 
     @cute.jit
+    def round_rows_in_place(self, tile: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
+        """tile[r, 0:width] <- round_tf32 of itself, for the vectors this thread copied there
+        with copy_rows_async (the same thread mapping): once its cp.async group has landed
+        they are visible to this thread, and the barrier before any MMA publishes them."""
+        tid, _, _ = cute.arch.thread_idx()
+        v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        per_row = width // 4
+        for i in cutlass.range_constexpr(_slots(rows * per_row)):
+            idx = tid + i * THREADS
+            r = idx // per_row
+            q = idx - r * per_row
+            if idx < rows * per_row:
+                cute.autovec_copy(cute.local_tile(tile[r, None], (4,), (q,)), v)
+                for e in cutlass.range_constexpr(4):
+                    v[e] = round_tf32(v[e])
+                cute.autovec_copy(v, cute.local_tile(tile[r, None], (4,), (q,)))
+
+    @cute.jit
     def store_rows_transposed(self, regs: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
                               width: cutlass.Constexpr[int]):
         """dst[c, r] <- element (r, c) of the tile fetch_rows put in regs (scalar stores)."""
@@ -348,8 +461,10 @@ class FusedForward(_TileCopies):
         self.samples = TILE_ROWS // K  # Bt: whole samples per tile
         self.pairs = _slots(self.samples * D)  # (sample, state) pairs per thread
         self.c_product = _StateProduct(self.samples, D)
-        tiles = 4 * (TILE_ROWS * (CHUNK + 4) + self.samples * (CHUNK + 4 + D) + TILE_ROWS * (2 * D + 4))
-        resident = 4 * SH2 * (3 * D + 8)
+        self.a_pitch = _pair_pitch(CHUNK, self.tf32)
+        self.w_pitch = _w_pitch(D, self.tf32)
+        tiles = 4 * (TILE_ROWS * self.a_pitch + self.samples * (CHUNK + 4 + D) + TILE_ROWS * (2 * D + 4))
+        resident = 4 * SH2 * (self.w_pitch + D)
         self.resident_weights = 2 * (tiles + resident + 256) <= SMEM_PER_SM
 
     def ctas_per_sm(self) -> int:
@@ -392,14 +507,14 @@ class FusedForward(_TileCopies):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
-        # row pitches: 4 mod 32 words for A tiles, 8 mod 32 for the W tile (conflict-free MMA reads)
-        sA = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        # row pitches: conflict-free MMA reads of the h_hist chunk (K-contiguous) and of W (K = rows)
+        sA = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, CHUNK), stride=(self.a_pitch, 1)), 16)
         sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
         w_rows = SH2 if self.resident_weights else CHUNK
-        sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(2 * D + 8, 1)), 16)
+        sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(self.w_pitch, 1)), 16)
         sWC = smem.allocate_tensor(Float32, cute.make_layout((w_rows, D), stride=(D, 1)), 16)
 
         rHist = cute.make_rmem_tensor(cute.make_layout((4, _slots(TILE_ROWS * CHUNK // 4))), Float32)
@@ -407,9 +522,12 @@ class FusedForward(_TileCopies):
         rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
         rWC = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * D // 4))), Float32)
 
-        tiled = _tiled_mma(self.tf32)
+        tiled = _au_tiled_mma(self.tf32, D)
         thr = tiled.get_slice(tid)
         c_acc = self.c_product.accumulators()
+        sAUc = sAU  # a|u as _au_product's accumulator tile
+        if const_expr(self.tf32):
+            sAUc = cute.make_tensor(sAU.iterator, cute.make_layout((2 * D, TILE_ROWS), stride=(1, 2 * D + 4)))
 
         if const_expr(self.resident_weights):
             for kc in cutlass.range_constexpr(n_chunks):
@@ -429,7 +547,7 @@ class FusedForward(_TileCopies):
             n_samples = cutlass.min(batch - b0, Bt)
             next_b0 = b0 + num_ctas * Bt
             next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
-            acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))
+            acc = tiled.make_fragment_C(tiled.partition_shape_C(_au_shape(self.tf32, D)))
             acc.fill(0.0)
             c_acc.fill(0.0)
             for kc in cutlass.range(n_chunks, unroll=1):
@@ -447,13 +565,13 @@ class FusedForward(_TileCopies):
                 w_chunk = kc if const_expr(self.resident_weights) else 0
                 sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
-                sWn = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, 2 * D + 8)))
-                _mma_smem(tiled, thr, acc, sA, sWn, self.tf32, a_rounded=True, b_rounded=True)
+                sWt = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch)))
+                _au_product(tiled, thr, acc, sA, sWt, self.tf32)
                 self.c_product.accumulate(c_acc, sH, sWCk, tid)
                 cute.arch.barrier()
 
             self.c_product.store(c_acc, sC, tid)
-            _store_accumulators(thr, acc, sAU)
+            _store_accumulators(thr, acc, sAUc)
             cute.arch.barrier()
 
             for p in cutlass.range_constexpr(self.pairs):
@@ -504,6 +622,12 @@ class FusedBackward(_TileCopies):
         self.c_product = _StateProduct(self.samples, D)
         self.L = _num_weights(SH2, D)
         self.width = _partial_width(SH2, D)
+        self.hist_pitch = _pair_pitch(SH2, self.tf32)
+        self.au_pitch = 2 * D + 4  # as before: dh_hist's A reads (g, t) at g * pitch + t, conflict-free
+        # sW holds W_A|W_B twice a tile: phase 1 reads it with K = rows (a|u), phase 3 with
+        # K = columns through _k_pairs_view (dh_hist's B operand, 64-bit pairs)
+        self.w_pitch1 = _w_pitch(D, self.tf32)
+        self.w_pitch3 = _pair_pitch(2 * D, True)  # 8 mod 16, what fp32 used already
 
     def ctas_per_sm(self) -> int:
         """Two CTAs per SM where their shared memory fits (registers are then capped at 128)."""
@@ -511,8 +635,9 @@ class FusedBackward(_TileCopies):
 
     def smem_bytes(self) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
-        floats = (TILE_ROWS * (SH2 + 4) + CHUNK * (2 * D + 8) + 2 * Bt * (CHUNK + 4) + CHUNK * D
-                  + D * (CHUNK + 4) + SH2 + TILE_ROWS * (2 * D + 4) + Bt * D + Bt + THREADS // 32)
+        floats = (TILE_ROWS * self.hist_pitch + CHUNK * max(self.w_pitch1, self.w_pitch3)
+                  + 2 * Bt * (CHUNK + 4) + CHUNK * D + D * (CHUNK + 4) + SH2 + TILE_ROWS * self.au_pitch
+                  + Bt * D + Bt + THREADS // 32 + (THREADS if self.tf32 else 0))
         return 4 * floats + 16 * 10  # alignment slack per allocation
 
     @cute.jit
@@ -566,22 +691,31 @@ class FusedBackward(_TileCopies):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
-        sHist = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, SH2), stride=(SH2 + 4, 1)), 16)
-        sW = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, 2 * D), stride=(2 * D + 8, 1)), 16)
+        sHist = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, SH2), stride=(self.hist_pitch, 1)), 16)
+        w_pitch = max(self.w_pitch1, self.w_pitch3)
+        sWbuf = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, w_pitch), stride=(w_pitch, 1)), 16)
+        sW1 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch1, 1)))
+        sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
         sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sWC = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, D), stride=(D, 1)), 16)
         # phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit distinct banks
         sWCt = smem.allocate_tensor(Float32, cute.make_layout((D, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sWv = smem.allocate_tensor(Float32, cute.make_layout((1, SH2), stride=(SH2, 1)), 16)
-        sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
+        sAUk = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(self.au_pitch, 1)), 16)
+        # a|u, then da|du: TF32 keeps its columns in dh_hist's K order (see _k_order_view)
+        sAU = _k_order_view(sAUk) if const_expr(self.tf32) else sAUk
         # c from phase 1, then dc written over it in phase 2 (each (b, s) by the thread that read it)
         sDC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sRed = smem.allocate_tensor(Float32, cute.make_layout((THREADS // 32,)), 16)
-        # MMA operand views: B operands as (N, Kc)
-        sWn = cute.make_tensor(sW.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, 2 * D + 8)))
-        sAUt = cute.make_tensor(sAU.iterator, cute.make_layout((2 * D, TILE_ROWS), stride=(1, 2 * D + 4)))
+        # TF32: each thread's running dsigma sum, touched once a tile: as a register it was the
+        # one value ptxas spilled at the 128-register cap (to local memory, slower than this)
+        sDsigma = smem.allocate_tensor(Float32, cute.make_layout((THREADS,)), 16) if const_expr(self.tf32) else None
+        # transposed views: [W_A|W_B]^T (2D, Kc) for a|u, [da|du]^T (2D, TILE_ROWS) for dW
+        sWt = cute.make_tensor(sW1.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch1)))
+        sAUt = cute.make_tensor(sAU.iterator, cute.select(sAU.layout, mode=[1, 0]))
+        sAUc = sAUt if const_expr(self.tf32) else sAU  # a|u as _au_product's accumulator tile
 
         rW = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * 2 * D // 4))), Float32)
         rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
@@ -590,6 +724,8 @@ class FusedBackward(_TileCopies):
 
         tiled = _tiled_mma(self.tf32)
         thr = tiled.get_slice(tid)
+        tiled_au = _au_tiled_mma(self.tf32, D)
+        thr_au = tiled_au.get_slice(tid)
         c_acc = self.c_product.accumulators()
         dctx_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
         xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
@@ -601,7 +737,9 @@ class FusedBackward(_TileCopies):
         rOldAB = cute.make_rmem_tensor(cute.make_layout((n_ab,)), Float32)
         rOldWC = cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32)
         rOldW = cute.make_rmem_tensor(cute.make_layout((1,)), Float32)
-        dsigma = Float32(0.0)
+        dsigma = Float32(0.0)  # fp32's running sum (its register allocation is left as it was)
+        if const_expr(self.tf32):
+            sDsigma[tid] = dsigma
         slice_k = CHUNK // D  # columns of dout @ w each lane of a sample's D-lane group sums
 
         for i in cutlass.range_constexpr(_slots(SH2 // 4)):  # w stays in shared memory throughout
@@ -626,7 +764,7 @@ class FusedBackward(_TileCopies):
             next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
 
             # ---- phase 1: a|u = h_hist @ [W_A|W_B] (h_hist tile stays), c = h @ W_C, dctx = dout @ w
-            acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))
+            acc = tiled_au.make_fragment_C(tiled_au.partition_shape_C(_au_shape(self.tf32, D)))
             acc.fill(0.0)
             c_acc.fill(0.0)
             dctx_acc.fill(0.0)
@@ -636,15 +774,20 @@ class FusedBackward(_TileCopies):
                 for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
                     if kc == j:
                         cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
-                self.store_rows(rW, sW, CHUNK, 2 * D, self.tf32)
+                self.store_rows(rW, sW1, CHUNK, 2 * D, self.tf32)
                 self.store_rows(rH, sH, Bt, CHUNK)
                 self.store_rows(rWC, sWC, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
+                if const_expr(self.tf32):
+                    # rounded once here, not at each of its fragment loads in a|u and dW
+                    # (cvt.rna there is two instructions per element and product); after
+                    # the stores above, whose registers are then free (no spills)
+                    self.round_rows_in_place(sHistChunk, TILE_ROWS, CHUNK)
                 cute.arch.barrier()
                 if kc + 1 < n_chunks:
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout)
-                _mma_smem(tiled, thr, acc, sHistChunk, sWn, self.tf32, b_rounded=True)
+                _au_product(tiled_au, thr_au, acc, sHistChunk, sWt, self.tf32)
                 self.c_product.accumulate(c_acc, sH, sWC, tid)
                 for p in cutlass.range_constexpr(self.pairs):
                     pair = tid + p * THREADS
@@ -657,10 +800,12 @@ class FusedBackward(_TileCopies):
                         dctx_acc[p] = dc
                 cute.arch.barrier()
             self.c_product.store(c_acc, sDC, tid)
-            _store_accumulators(thr, acc, sAU)
+            _store_accumulators(thr_au, acc, sAUc)
             cute.arch.barrier()
 
             # ---- phase 2: forward scan recomputed, reverse scan; da|du overwrite a|u in place
+            if const_expr(self.tf32):
+                dsigma = sDsigma[tid]
             for p in cutlass.range_constexpr(self.pairs):
                 pair = tid + p * THREADS
                 b = pair // D
@@ -700,13 +845,15 @@ class FusedBackward(_TileCopies):
                     sDC[b, s] = dcs
                     if s == 0:
                         sCtx[b] = ctx
+            if const_expr(self.tf32):
+                sDsigma[tid] = dsigma
             cute.arch.barrier()
 
             # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
             self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
             for kc in cutlass.range(n_chunks, unroll=1):
                 col0 = kc * CHUNK
-                self.store_rows(rW, sW, CHUNK, 2 * D, self.tf32)
+                self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
                 self.store_rows(rH, sH, Bt, CHUNK)
                 self.store_rows_transposed(rWC, sWCt, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
@@ -715,10 +862,16 @@ class FusedBackward(_TileCopies):
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout)
 
-                # dh_hist[rows, chunk] = [da|du] @ [W_A|W_B][chunk]^T  (sW is already (N, Kc))
+                # dh_hist[rows, chunk] = [da|du] @ [W_A|W_B][chunk]^T
                 acc_dh = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, CHUNK)))
                 acc_dh.fill(0.0)
-                _mma_smem(tiled, thr, acc_dh, sAU, sW, self.tf32, a_rounded=True, b_rounded=True)
+                if const_expr(self.tf32):
+                    # K relabeled by _k_pairs_view: W's fragment pairs adjacent; sAUk holds
+                    # [da|du] in that K order (_k_order_view), so it is read as stored
+                    _mma_smem(tiled, thr, acc_dh, sAUk, _k_pairs_view(sW3), True, a_rounded=True,
+                              b_rounded=True, b_pairs=True)
+                else:
+                    _mma_smem(tiled, thr, acc_dh, sAU, sW3, False)
                 coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
                 for i in cutlass.range_constexpr(cute.size(acc_dh)):
                     m, n = coord_dh[i]
@@ -744,10 +897,10 @@ class FusedBackward(_TileCopies):
                 # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
                 sHistT = cute.make_tensor(
                     cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)).iterator,
-                    cute.make_layout((CHUNK, TILE_ROWS), stride=(1, SH2 + 4)))
+                    cute.make_layout((CHUNK, TILE_ROWS), stride=(1, self.hist_pitch)))
                 acc_dw = tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D)))
                 acc_dw.fill(0.0)
-                _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32, b_rounded=True)
+                _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32, a_rounded=True, b_rounded=True)
                 for i in cutlass.range_constexpr(n_ab):
                     mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_dw[i] + rOldAB[i]
 
@@ -794,6 +947,8 @@ class FusedBackward(_TileCopies):
                                          cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)), TILE_ROWS, CHUNK)
 
         # dsigma: this CTA's sum, reduced in a fixed order
+        if const_expr(self.tf32):
+            dsigma = sDsigma[tid]
         warp_sum = cute.arch.warp_reduction(dsigma, operator.add)
         if tid % 32 == 0:
             sRed[tid // 32] = warp_sum
