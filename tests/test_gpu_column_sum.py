@@ -38,6 +38,19 @@ def test_every_tail_row_and_column_counts(n):
     np.testing.assert_array_equal(out, g.astype(np.float64).sum(0).astype(np.float32))
 
 
+@pytest.mark.parametrize("m", [16, 151])
+@pytest.mark.parametrize("n", [129, 255, 258, 510, 516, 1020])
+def test_rows_of_128_to_256_vectors(m, n):
+    # Packed rows of 129..255 float4 vectors get a CTA of more threads than vectors, one
+    # thread row: the idle threads once stored their zeros over other threads' sums
+    # (curiosity's [16, 129] partials). Exact small-integer sums catch any lost row.
+    rows = np.arange(m)[:, None] % 11 + 1
+    cols = np.arange(n)[None, :] % 13 + 1
+    g = (rows * cols).astype(np.float32)
+    out = foxcute.column_sum(cp.asarray(g), backend="cute").get()
+    np.testing.assert_array_equal(out, g.astype(np.float64).sum(0).astype(np.float32))
+
+
 @pytest.mark.parametrize("m, n", [(264, 4096), (7, 1028), (33, 2052)])
 def test_short_wide_inputs_use_column_slices(rng, m, n):
     # The per-CTA weight-gradient partials of the other kernels have this shape.

@@ -169,10 +169,14 @@ class ColumnSum:
                     self.kahan_add(acc, comp, g, batch[u, g, None].load())
         # A thread's sum is acc - comp (Kahan's comp holds the negated low part).
         if cutlass.const_expr(self.rows == 1):
-            for g in cutlass.range_constexpr(self.vecs_per_thread):
-                v = first_vec + c + g * self.cols
-                if v < self.vecs:
-                    mDst[dst_row, v, None].store(acc[g, None].load() - comp[g, None].load())
+            # Only thread row 0 summed anything: where cols < threads (128 < vecs < 256, one
+            # slice) the threads past cols hold zeros, and their stores would race the sums
+            # of vectors c = tid - cols (curiosity's 129-column partials came out wrong on the H200).
+            if r == 0:
+                for g in cutlass.range_constexpr(self.vecs_per_thread):
+                    v = first_vec + c + g * self.cols
+                    if v < self.vecs:
+                        mDst[dst_row, v, None].store(acc[g, None].load() - comp[g, None].load())
         else:
             # rows > 1 means cols == vecs: every thread holds exactly one vector. Fold the
             # thread rows pairwise in shared memory (a fixed tree, log2(rows) barriers; a
