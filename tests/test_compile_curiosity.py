@@ -1,6 +1,7 @@
 """Curiosity's row pass compiled for sm_90a on the CPU (CI): no spills at the defaults and at
-the widest supported sizes, and (where a SASS disassembler is installed) no epilogue global
-load waiting behind a global store."""
+the widest supported sizes, TF32 fragments by ldmatrix with no per-fragment conversion, and
+(where a SASS disassembler is installed) no epilogue global load waiting behind a global
+store."""
 
 import importlib.util
 import os
@@ -62,3 +63,30 @@ def test_epilogue_loads_are_not_serialized_behind_stores(precision, tmp_path):
     for segment in segments:
         order = "".join("L" if op == "LDG" else "S" for op in re.findall(r"\b(LDG|STG)\.E", segment))
         assert not re.search(r"SL+S", order), order
+
+
+def test_tf32_fragments_by_ldmatrix_and_rounded_once():
+    """TF32 row pass: every MMA fragment comes by ldmatrix.x4 (per 8-wide k step and warp: 2
+    for A's two 16-row blocks, 2 for B's four 8-column blocks; 6 chunk loops of 4 steps: z,
+    pred's two column tiles, dh, ds's two column tiles), with no cvt.rna at a fragment: z's
+    3xTF32 split is integer arithmetic, the weights come rounded from WeightPrep, and hid,
+    dpred and dz are rounded once where they are left in shared memory (32 + 8 + 4 unrolled
+    stores). Before: 448 cvt.rna, one per fragment element, and 439 scalar shared loads."""
+    ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
+    tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
+    assert tf32.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * 4 * (2 + 2)
+    assert tf32.count("cvt.rna.tf32.f32") == 32 + 8 + 4
+    assert "ldmatrix" not in fp32 and "cvt.rna" not in fp32
+    # WeightPrep: W2 and W1s rounded in TF32 mode only.
+    assert ptx["weight_prep_tf32"].count("cvt.rna.tf32.f32") == 2 and "cvt.rna" not in ptx["weight_prep_fp32"]
+
+
+def test_tf32_z_split_rounds_both_parts():
+    """z's 3xTF32 operands, split from the staged float32 values: hi = rna(x), lo = rna(x - hi),
+    each half a TF32 ulp added and the low 13 bits cleared (ptxas then drops lo's mask: the
+    MMA ignores those bits), gemm's cvt.rna split bit for bit. Per thread and 32-wide chunk
+    of z: 4 k steps x (8 A + 8 B) values. A lo left to the MMA's truncation has half the adds."""
+    ptx = curiosity.compiled_for_ci()["row_pass_tf32"].__ptx__
+    values = 4 * (8 + 8)
+    assert len(re.findall(r"add\.s32\s+%r\d+, %r\d+, 4096;", ptx)) == 2 * values
+    assert len(re.findall(r"and\.b32\s+%r\d+, %r\d+, -8192;", ptx)) == 2 * values

@@ -10,7 +10,15 @@ Work at the defaults (B=8192, F=256, A=3, H=128): six [B x 256 x 128]-sized prod
 so tensor cores are needed (TF32 mma.sync; FFMA in fp32 mode). Compulsory traffic: s, s_next
 read and ds written, 3 x 8 MB = 25 MB, a 6 us floor at 4.25 TB/s.
 
-Where the split is, and why (three launches and one small copy).
+Where the split is, and why (four launches and one small copy).
+- `WeightPrep` first writes the weights the way the row pass streams them (4 x H x F floats,
+  0.5 MB at the defaults): W1s = W1[:, :F] contiguous (W1's rows of F + A floats are not
+  whole float4s: it would stream by 4-byte copies, each with its own address and bounds
+  arithmetic), and W2, W2^T and W1s^T, rounded to TF32 in TF32 mode, so that every weight
+  chunk of the row pass is a block of k-contiguous rows that ldmatrix reads as MMA operands
+  with no conversion. That is done once per call instead of by every CTA at every fragment
+  load: at the defaults the row pass issues ~9.1k instructions a warp (SASS count) instead
+  of ~12.9k converting and transposing the weights itself.
 - `RowPass` (one kernel) does everything that is row-local, for a block of `bm` rows per CTA
   (64 at the defaults: 128 CTAs of 8 warps): z, hid, pred, diff, r, dpred, dh, dz and ds,
   with z (then dz, in place) and dpred resident in shared memory between the four products;
@@ -31,16 +39,19 @@ Where the split is, and why (three launches and one small copy).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Float64, Int32, Int64
+from cutlass._mlir.dialects import llvm, nvvm
+from cutlass.cutlass_dsl import T
 
 from .. import _arrays
 from . import _cute
-from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, _vec, columns_view, mma_chunks, relu,
-                   rows_view, staging_by_rows, weight_grads_into)
+from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, mma_chunks, relu,
+                   round_tf32, rows_view, staging_by_rows, weight_grads_into)
 
 MIN_WIDTH, MAX_WIDTH, WIDTH_MULTIPLE = 32, 512, 32  # F and H: whole CHUNKs of the reductions
 MAX_ACTIONS = 16
@@ -48,7 +59,7 @@ ROW_PASS_THREADS = 256
 MAX_N_TILE = 128  # output columns per pass over the reduction (32 accumulators per thread)
 SMEM_BUDGET = 220 * 1024  # of the 227 KB a Hopper CTA may use
 COLSUM_WIDTH = 4096  # column_sum's widest input
-STAGE_W = max(MAX_N_TILE * (CHUNK + PAD), CHUNK * (MAX_N_TILE + 8))  # floats per weight stage
+STAGE_W = MAX_N_TILE * (CHUNK + PAD)  # floats per weight stage: a [n, CHUNK] row block
 
 
 def n_tile(n: int, warps_n: int) -> int:
@@ -71,6 +82,142 @@ def partial_index(col, cta, num_ctas, width):
     return c * (num_ctas * COLSUM_WIDTH) + cta * chunk_width + (col - c * COLSUM_WIDTH)
 
 
+@cute.jit
+def rna_tf32_bits(bits: Int32) -> Int32:
+    """The float32 `bits` rounded to nearest TF32, ties away from zero: half a TF32 ulp added
+    to the magnitude bits, the low 13 bits cleared. cvt.rna's result for finite values, in
+    two integer instructions."""
+    return (bits + Int32(0x1000)) & Int32(-0x2000)
+
+
+@cute.jit
+def split_tf32(x: Float32) -> tuple:
+    """x = hi + lo for 3xTF32, as MMA operand bits: hi = x rounded to nearest TF32, lo = x - hi
+    (exact) rounded to nearest TF32, i.e. bit for bit gemm.load_tf32_split's cvt.rna results
+    (for finite x), so z's products, accumulated in the same order, are the gemm "3xtf32"
+    mode's. lo is rounded rather than left to the MMA, which would truncate it: an error twice
+    as large, small next to the float32 accumulation's (a NumPy emulation at the defaults gives
+    the same rms error of z either way), but z decides the relu mask, and keeping it bit-equal
+    to the previous kernel's keeps every mask decision it made. Four instructions
+    (ptxas drops lo's mask: the TF32 MMA ignores the low 13 bits) where two cvt.rna and the
+    subtraction take seven. x not finite: lo is NaN or inf, the products NaN (as with cvt.rna)."""
+    hi = rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, x.ir_value())))
+    lo = x - Float32(llvm.bitcast(Float32.mlir_type, hi.ir_value()))
+    return hi, rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, lo.ir_value())))
+
+
+@cute.jit
+def set_operand(frag: cute.Tensor, frag_lo: cute.Tensor, index, bits: Int32, split: cutlass.Constexpr):
+    """Fragment element `index` <- the float32 `bits`: split (3xTF32) or as they are."""
+    if cutlass.const_expr(split):
+        hi, lo = split_tf32(Float32(llvm.bitcast(Float32.mlir_type, bits.ir_value())))
+        frag[index] = hi
+        frag_lo[index] = lo
+    else:
+        frag[index] = bits
+
+
+@cute.jit
+def load_matrices(s: cute.Tensor, row: Int32, col: Int32) -> list:
+    """ldmatrix.x4 of four 8 x 4 float32 blocks of s (viewed as 8 x 8 b16 matrices): lane l
+    gives row `row`, columns col..col+3 of block l // 8 (16 bytes, 16-byte aligned); lane
+    (g, t) = (lane // 4, lane % 4) receives element (g, t) of each block, one register a
+    block. That is the mma.sync m16n8k8 TF32 fragment order (CUTLASS's SM75_U32x4_LDSM_N):
+    one instruction where four 32-bit shared loads would do."""
+    ptr = s.iterator + cute.crd2idx((row, col), s.layout)
+    regs = nvvm.ldmatrix(ptr.llvm_ptr, 4, nvvm.MMALayout.row, results=[llvm.StructType.get_literal([T.i32()] * 4)])
+    return [Int32(llvm.extractvalue(T.i32(), regs, [j])) for j in range(4)]
+
+
+@cute.jit
+def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constexpr, sA: cute.Tensor,
+                    sB: cute.Tensor, acc: cute.Tensor):
+    """acc += sA @ sB^T over one CHUNK of k (sA [bm, CHUNK], sB [bn, CHUNK], both k-contiguous)
+    by TF32 mma.sync in tiled_mma's accumulator layout, the fragments loaded with ldmatrix: per
+    8-wide k step one instruction for a 16-row A fragment and one for two 8-row B fragments
+    (row strides of 4 (mod 32) words keep each 8-row block on distinct banks). The operands
+    are TF32 already (rounded where they were written), or, with `split`, float32 values
+    split here (3xTF32: x = hi + lo, three MMAs hi*hi + hi*lo + lo*hi, about float32 products)."""
+    thr = tiled_mma.get_slice(tid)
+    lane = tid % 32
+    rows_a = cute.size(sA, mode=[0])
+    rows_b = cute.size(sB, mode=[0])
+    cA = thr.partition_A(cute.make_identity_tensor((rows_a, CHUNK)))
+    cB = thr.partition_B(cute.make_identity_tensor((rows_b, CHUNK)))
+    rA = tiled_mma.make_fragment_A(thr.partition_A(sA)[None, None, 0])
+    rB = tiled_mma.make_fragment_B(thr.partition_B(sB)[None, None, 0])
+    rA_lo = tiled_mma.make_fragment_A(thr.partition_A(sA)[None, None, 0])
+    rB_lo = tiled_mma.make_fragment_B(thr.partition_B(sB)[None, None, 0])
+    num_mi = cute.size(rA, mode=[1])
+    num_ni = cute.size(rB, mode=[1])
+    g = lane // 4
+    # The row and column a lane addresses in ldmatrix: row l % 8 of block l // 8.
+    block = lane // 8
+    in_block = lane % 8
+    for ks in cutlass.range_constexpr(CHUNK // 8):
+        # A blocks (rows +0 / +8, k +0 / +4) = fragment elements (v0, v1) = (block % 2, block // 2).
+        for mi in cutlass.range_constexpr(num_mi):
+            row = cA[(0, 0), mi, 0][0] - g + in_block + 8 * (block % 2)
+            regs = load_matrices(sA, row, 8 * ks + 4 * (block // 2))
+            for j in cutlass.range_constexpr(4):
+                set_operand(rA, rA_lo, ((j % 2, j // 2), mi), regs[j], split)
+        # B blocks (k +0 / +4 of column block ni, then of ni + 1) = elements (v, ni + block // 2).
+        for np in cutlass.range_constexpr((num_ni + 1) // 2):
+            ni_hi = min(2 * np + 1, num_ni - 1)  # an odd last block: loaded twice, used once
+            n_lo = cB[0, 2 * np, 0][0] - g
+            n_hi = cB[0, ni_hi, 0][0] - g
+            n = (n_lo if block < 2 else n_hi) + in_block
+            regs = load_matrices(sB, n, 8 * ks + 4 * (block % 2))
+            for j in cutlass.range_constexpr(4):
+                if cutlass.const_expr(j < 2 or 2 * np + 1 < num_ni):
+                    set_operand(rB, rB_lo, (j % 2, 2 * np + j // 2), regs[j], split)
+        if cutlass.const_expr(split):
+            cute.gemm(tiled_mma, acc, rA_lo, rB, acc)  # small terms first
+            cute.gemm(tiled_mma, acc, rA, rB_lo, acc)
+        cute.gemm(tiled_mma, acc, rA, rB, acc)
+
+
+class WeightPrep:
+    """The row pass's weights, as it streams them, into one [4, H*F] array: W1s = W1[:, :F]
+    ([H, F], contiguous: float4 rows), W2 ([F, H]), W2^T ([H, F]) and W1s^T ([F, H]), the last
+    three rounded to TF32 in TF32 mode (they are only ever MMA operands; z's product splits W1s
+    itself, 3xTF32). Thread e = (i, j) of the [H, F] index space handles W1[i, j] and W2[j, i]:
+    half of the accesses are H floats apart, 128 KB at the defaults, absorbed by L2."""
+
+    threads = 256
+
+    def __init__(self, f: int, h: int, num_actions: int, precision: str):
+        self.f, self.h, self.w1_cols = f, h, f + num_actions
+        self.rounded = precision == "tf32"
+
+    @cute.jit
+    def __call__(self, w1_ptr: cute.Pointer, w2_ptr: cute.Pointer, prep_ptr: cute.Pointer, stream):
+        f, h = self.f, self.h
+        mW1 = cute.make_tensor(w1_ptr, cute.make_layout((h, self.w1_cols), stride=(self.w1_cols, 1)))
+        mW2 = cute.make_tensor(w2_ptr, cute.make_layout((f, h), stride=(h, 1)))
+        mPrep = cute.make_tensor(prep_ptr, cute.make_layout((4, h * f), stride=(h * f, 1)))
+        self.kernel(mW1, mW2, mPrep).launch(grid=[(h * f + self.threads - 1) // self.threads, 1, 1],
+                                            block=[self.threads, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mW1: cute.Tensor, mW2: cute.Tensor, mPrep: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        f, h = self.f, self.h
+        e = cta * self.threads + tid
+        if e < h * f:
+            i = e // f
+            j = e - i * f
+            w1 = mW1[i, j]
+            w2 = mW2[j, i]
+            if cutlass.const_expr(self.rounded):
+                w2 = round_tf32(w2)
+            mPrep[0, e] = w1
+            mPrep[1, j * h + i] = w2
+            mPrep[2, e] = w2
+            mPrep[3, j * h + i] = round_tf32(w1) if cutlass.const_expr(self.rounded) else w1
+
+
 class RowPass:
     def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
         self.f, self.h, self.num_actions = f, h, num_actions
@@ -84,6 +231,7 @@ class RowPass:
         self.mode_z = "3xtf32" if precision == "tf32" else "ffma64"
         self.z_dtype = Float64 if self.mode_z == "ffma64" else Float32
         self.action_dtype = action_dtype
+        self.precision = precision
         self.bm = row_block(f, h)
         # 8 warps: two per scheduler, so one's shared-memory and MMA latencies hide behind the
         # other's work (one CTA of up to ~200 KB per SM). 2 x 4 warps: a warp's tile is
@@ -93,16 +241,21 @@ class RowPass:
         self.threads = ROW_PASS_THREADS
         self.warps_m = 2
         self.warps_n = self.threads // 32 // self.warps_m
-        self.vec_w1 = _vec(f + num_actions)
         self.partial_width = f + h * (num_actions + 1) + 1  # db2 | db1 | dW1a [H, A] | loss
 
     @staticmethod
     def smem_floats(bm: int, f: int, h: int) -> int:
         return STAGES * (bm * (CHUNK + PAD) + STAGE_W) + bm * (h + PAD) + bm * (f + PAD) + 2 * bm + 4 * bm
 
+    def multiply(self, tiled_mma: cute.TiledMma, tid: Int32, split: bool = False):
+        """mma_chunks' chunk product: TF32 by matrix_tile_mma; fp32 by gemm.tile_mma (None)."""
+        if self.precision == "tf32":
+            return functools.partial(matrix_tile_mma, tiled_mma, tid, split)
+        return None
+
     @cute.jit
     def __call__(self, s_ptr: cute.Pointer, a_ptr: cute.Pointer, s_next_ptr: cute.Pointer,
-                 w1_ptr: cute.Pointer, b1_ptr: cute.Pointer, w2_ptr: cute.Pointer, b2_ptr: cute.Pointer,
+                 w1_ptr: cute.Pointer, prep_ptr: cute.Pointer, b1_ptr: cute.Pointer, b2_ptr: cute.Pointer,
                  r_ptr: cute.Pointer, ds_ptr: cute.Pointer, hid_ptr: cute.Pointer, dpred_ptr: cute.Pointer,
                  dz_ptr: cute.Pointer, part_ptr: cute.Pointer, batch: Int32, num_ctas: Int32,
                  inv_fb: Float32, stream):
@@ -110,11 +263,13 @@ class RowPass:
         mS = cute.make_tensor(s_ptr, cute.make_layout((batch, f // 4, 4), stride=(f, 4, 1)))
         mAct = cute.make_tensor(a_ptr, cute.make_layout(batch))
         mSn = cute.make_tensor(s_next_ptr, cute.make_layout((batch, f), stride=(f, 1)))
-        mW1v = cute.make_tensor(w1_ptr, cute.make_layout((h, w1_cols // self.vec_w1, self.vec_w1),
-                                                        stride=(w1_cols, self.vec_w1, 1)))
+        # WeightPrep's four [.., .. / 4, 4] operands: W1s, W2, W2^T, W1s^T.
+        mW1sv = cute.make_tensor(prep_ptr, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
+        mW2v = cute.make_tensor(prep_ptr + f * h, cute.make_layout((f, h // 4, 4), stride=(h, 4, 1)))
+        mW2tv = cute.make_tensor(prep_ptr + 2 * f * h, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
+        mW1stv = cute.make_tensor(prep_ptr + 3 * f * h, cute.make_layout((f, h // 4, 4), stride=(h, 4, 1)))
         mW1 = cute.make_tensor(w1_ptr, cute.make_layout((h, w1_cols), stride=(w1_cols, 1)))
         mB1 = cute.make_tensor(b1_ptr, cute.make_layout(h))
-        mW2v = cute.make_tensor(w2_ptr, cute.make_layout((f, h // 4, 4), stride=(h, 4, 1)))
         mB2 = cute.make_tensor(b2_ptr, cute.make_layout(f))
         mR = cute.make_tensor(r_ptr, cute.make_layout(batch))
         mDs = cute.make_tensor(ds_ptr, cute.make_layout((batch, f), stride=(f, 1)))
@@ -122,13 +277,17 @@ class RowPass:
         mDp = cute.make_tensor(dpred_ptr, cute.make_layout((batch, f), stride=(f, 1)))
         mDz = cute.make_tensor(dz_ptr, cute.make_layout((batch, h), stride=(h, 1)))
         mPart = cute.make_tensor(part_ptr, cute.make_layout(num_ctas * self.partial_width))
-        self.kernel(mS, mAct, mSn, mW1v, mW1, mB1, mW2v, mB2, mR, mDs, mHid, mDp, mDz, mPart,
+        self.kernel(mS, mAct, mSn, mW1sv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs, mHid, mDp, mDz, mPart,
                     batch, num_ctas, inv_fb).launch(
-            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
+            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream,
+            # One CTA per SM (its shared memory allows no second at the widest sizes): ptxas
+            # may then use over 128 registers (255), where it would spill to fit two CTAs.
+            min_blocks_per_mp=1)
 
     @cute.kernel
-    def kernel(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1v: cute.Tensor,
-               mW1: cute.Tensor, mB1: cute.Tensor, mW2v: cute.Tensor, mB2: cute.Tensor,
+    def kernel(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1sv: cute.Tensor,
+               mW1: cute.Tensor, mB1: cute.Tensor, mW2v: cute.Tensor, mW2tv: cute.Tensor,
+               mW1stv: cute.Tensor, mB2: cute.Tensor,
                mR: cute.Tensor, mDs: cute.Tensor, mHid: cute.Tensor, mDp: cute.Tensor,
                mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
         tid, _, _ = cute.arch.thread_idx()
@@ -136,13 +295,12 @@ class RowPass:
         bm, f, h, na = self.bm, self.f, self.h, self.num_actions
         row0 = cta * bm
         smem = cutlass.memory.SmemAllocator()
-        # STAGES-deep staging for the streamed chunks: rows of s, and one weight chunk in
-        # either orientation ([n, CHUNK] blocks of W1s, W2 read as B_t; CHUNK rows of W2, W1s
-        # read transposed), all views of one buffer sized for the larger.
+        # STAGES-deep staging for the streamed chunks: rows of s, and one weight chunk (an
+        # [n, CHUNK] block of W1s, W2, W2^T or W1s^T from WeightPrep), views of one buffer.
         sS3, sS = staging_by_rows(smem, bm, 4)
         sWraw = smem.allocate_tensor(Float32, cute.make_layout(STAGES * STAGE_W), 16)
-        # Resident activations: z (then dz, in place) and dpred. Row strides = 4 (mod 32)
-        # banks: conflict-free A-fragment reads.
+        # Resident activations: z (TF32: hid, rounded), then dz in place, and dpred. Row
+        # strides = 4 (mod 32) banks: conflict-free A-fragment reads (8-row ldmatrix blocks too).
         sZ = smem.allocate_tensor(Float32, cute.make_layout((bm, h), stride=(h + PAD, 1)), 16)
         sDp = smem.allocate_tensor(Float32, cute.make_layout((bm, f), stride=(f + PAD, 1)), 16)
         sActs = smem.allocate_tensor(Int32, cute.make_layout(bm), 16)
@@ -158,7 +316,7 @@ class RowPass:
 
         # ---- Phase 1: z = s @ W1s^T + b1 + W1a[:, a] -> sZ; hid = relu(z) -> global.
         bn1 = n_tile(h, self.warps_n)
-        sW1_3, sW1 = rows_view(sWraw, bn1, self.vec_w1, STAGE_W)
+        sW1_3, sW1 = rows_view(sWraw, bn1, 4, STAGE_W)
         cC1 = thr.partition_C(cute.make_identity_tensor((bm, bn1)))
         acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn1)), self.z_dtype)
         # The epilogues' global operands are all loaded before the first store: the compiler
@@ -176,8 +334,9 @@ class RowPass:
             mma_chunks(tiled_mma, tid, acc1, self.mode_z, f // CHUNK,
                        Operand(mS, batch, row0, 0, f // 4, bm, CHUNK // 4, 4, False, sS3, sS,
                                threads=self.threads),
-                       Operand(mW1v, h, nt * bn1, 0, f // self.vec_w1, bn1, CHUNK // self.vec_w1,
-                               self.vec_w1, False, sW1_3, sW1, threads=self.threads))
+                       Operand(mW1sv, h, nt * bn1, 0, f // 4, bn1, CHUNK // 4, 4, False, sW1_3, sW1,
+                               threads=self.threads),
+                       multiply=self.multiply(tiled_mma, tid, split=True))
             for i in cutlass.range_constexpr(cute.size(acc1)):
                 act = sActs[cC1[i][0]]
                 w1a_frag[i] = Float32(0.0)
@@ -192,7 +351,13 @@ class RowPass:
                     z_wide = z_wide + self.z_dtype(w1a_frag[i])
                 z = Float32(z_wide)  # rounding keeps the sign: the mask is the exact one
                 hid_frag[i] = relu(z)
-                sZ[r, col] = z
+                if cutlass.const_expr(self.precision == "tf32"):
+                    # pred's A operand, rounded once here rather than at each of the warps_n
+                    # warps' fragment loads. hid > 0 exactly where z > 0 (TF32 has float32's
+                    # exponents; only a z below 2^-137 would round to 0), so it is the mask too.
+                    sZ[r, col] = round_tf32(hid_frag[i])
+                else:
+                    sZ[r, col] = z
             # The global stores of each epilogue in a loop of their own: a lane's two adjacent
             # columns are then stored together, as one 64-bit store.
             for i in cutlass.range_constexpr(cute.size(acc1)):
@@ -228,7 +393,7 @@ class RowPass:
             mma_chunks(tiled_mma, tid, acc2, self.mode, h // CHUNK, None,
                        Operand(mW2v, f, nt * bn2, 0, h // 4, bn2, CHUNK // 4, 4, False, sW2_3, sW2,
                                threads=self.threads),
-                       a_resident=sZ, a_relu=True)
+                       a_resident=sZ, a_relu=True, multiply=self.multiply(tiled_mma, tid))
             for mi in cutlass.range_constexpr(num_mi):
                 for v1 in cutlass.range_constexpr(2):
                     r = cC2[(0, v1), mi, 0][0]
@@ -265,17 +430,30 @@ class RowPass:
             if row0 + tid < batch:
                 mR[row0 + tid] = r_row
 
+        # ---- Partial column sums of dpred (db2), in row order, from the exact values; in
+        # TF32 each is then left rounded in place: dh's A operand, rounded once rather than at
+        # each of the warps_n warps' fragment loads (mma_chunks' barrier orders it before them).
+        pw = self.partial_width
+        for col in cutlass.range(tid, f, self.threads, unroll=1):
+            acc = Float32(0.0)
+            for r in cutlass.range(bm, unroll=8):
+                dp = sDp[r, col]
+                acc = acc + dp
+                if cutlass.const_expr(self.precision == "tf32"):
+                    sDp[r, col] = round_tf32(dp)
+            mPart[partial_index(col, cta, num_ctas, pw)] = acc
+
         # ---- Phase 3: dh = dpred @ W2; dz = dh * (z > 0) -> sZ (in place) and global.
         bn3 = n_tile(h, self.warps_n)
-        sW2t_3, sW2t = columns_view(sWraw, bn3, 4, STAGE_W)
+        sW2t_3, sW2t = rows_view(sWraw, bn3, 4, STAGE_W)
         cC3 = thr.partition_C(cute.make_identity_tensor((bm, bn3)))
         acc3 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn3)))
         for nt in cutlass.range_constexpr(h // bn3):
             acc3.fill(0.0)
             mma_chunks(tiled_mma, tid, acc3, self.mode, f // CHUNK, None,
-                       Operand(mW2v, f, 0, nt * (bn3 // 4), h // 4, CHUNK, bn3 // 4, 4, True, sW2t_3,
-                               sW2t, threads=self.threads),
-                       a_resident=sDp)
+                       Operand(mW2tv, h, nt * bn3, 0, f // 4, bn3, CHUNK // 4, 4, False, sW2t_3, sW2t,
+                               threads=self.threads),
+                       a_resident=sDp, multiply=self.multiply(tiled_mma, tid))
             for i in cutlass.range_constexpr(cute.size(acc3)):
                 r = cC3[i][0]
                 col = nt * bn3 + cC3[i][1]
@@ -287,15 +465,9 @@ class RowPass:
                     mDz[row0 + cC3[i][0], nt * bn3 + cC3[i][1]] = acc3[i]
         cute.arch.sync_threads()
 
-        # ---- Partial column sums of this CTA's rows, each in row order.
-        pw = self.partial_width
-        for col in cutlass.range(tid, f, self.threads, unroll=1):
-            acc = Float32(0.0)
-            for r in cutlass.range(bm, unroll=8):
-                acc = acc + sDp[r, col]
-            mPart[partial_index(col, cta, num_ctas, pw)] = acc
-        # dz's column and its per-action parts in one pass over the rows (1 + A independent
-        # sums, each in row order), not 1 + A dependent passes.
+        # ---- Partial column sums of dz (db1) and its per-action parts (W1's action columns) in
+        # one pass over the rows (1 + A independent sums, each in row order), not 1 + A
+        # dependent passes; TF32: dz is then left rounded in place, ds's A operand (as dpred).
         acc_act = cute.make_rmem_tensor(na, Float32)
         for col in cutlass.range(tid, h, self.threads, unroll=1):
             acc = Float32(0.0)
@@ -306,6 +478,8 @@ class RowPass:
                 acc = acc + dz
                 for j in cutlass.range_constexpr(na):
                     acc_act[j] = acc_act[j] + (dz if act == j else Float32(0.0))
+                if cutlass.const_expr(self.precision == "tf32"):
+                    sZ[r, col] = round_tf32(dz)
             mPart[partial_index(f + col, cta, num_ctas, pw)] = acc
             for j in cutlass.range_constexpr(na):
                 mPart[partial_index(f + h + col * na + j, cta, num_ctas, pw)] = acc_act[j]
@@ -317,15 +491,15 @@ class RowPass:
 
         # ---- Phase 4: ds = dz @ W1s -> global.
         bn4 = n_tile(f, self.warps_n)
-        sW1t_3, sW1t = columns_view(sWraw, bn4, self.vec_w1, STAGE_W)
+        sW1t_3, sW1t = rows_view(sWraw, bn4, 4, STAGE_W)
         cC4 = thr.partition_C(cute.make_identity_tensor((bm, bn4)))
         acc4 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn4)))
         for nt in cutlass.range_constexpr(f // bn4):
             acc4.fill(0.0)
             mma_chunks(tiled_mma, tid, acc4, self.mode, h // CHUNK, None,
-                       Operand(mW1v, h, 0, nt * (bn4 // self.vec_w1), f // self.vec_w1, CHUNK,
-                               bn4 // self.vec_w1, self.vec_w1, True, sW1t_3, sW1t, threads=self.threads),
-                       a_resident=sZ)
+                       Operand(mW1stv, f, nt * bn4, 0, h // 4, bn4, CHUNK // 4, 4, False, sW1t_3, sW1t,
+                               threads=self.threads),
+                       a_resident=sZ, multiply=self.multiply(tiled_mma, tid))
             for i in cutlass.range_constexpr(cute.size(acc4)):
                 r = cC4[i][0]
                 if row0 + r < batch:
@@ -344,11 +518,22 @@ def row_pass_compile_args(f: int, h: int, num_actions: int, precision: str, acti
             p, p, p, p, p, p, p, p, Int32(1), Int32(1), Float32(1.0), _cute.fake_stream())
 
 
+def weight_prep_compile_args(f: int, h: int, num_actions: int, precision: str) -> tuple:
+    p = _cute.fake_ptr()
+    return WeightPrep(f, h, num_actions, precision), p, p, p, _cute.fake_stream()
+
+
 def _compile_row_pass(f: int, h: int, num_actions: int, precision: str, action_dtype: type,
                       keep: bool = False) -> Any:
     key = ("row_pass", f, h, num_actions, precision, action_dtype.__name__, keep)
     return _compiled.get(key, lambda: _cute.compile_kernel(
         *row_pass_compile_args(f, h, num_actions, precision, action_dtype), keep=keep))
+
+
+def _compile_weight_prep(f: int, h: int, num_actions: int, precision: str, keep: bool = False) -> Any:
+    key = ("weight_prep", f, h, num_actions, precision, keep)
+    return _compiled.get(key, lambda: _cute.compile_kernel(
+        *weight_prep_compile_args(f, h, num_actions, precision), keep=keep))
 
 
 def check_sizes(chk: _arrays.Checker) -> None:
@@ -387,10 +572,13 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     dpred = _arrays.empty(s, (batch, f))
     dz = _arrays.empty(s, (batch, h))
     partials = _arrays.empty(s, (num_ctas * width,))
+    prep = _arrays.empty(s, (4 * h * f,))
     ptr = _cute.gmem_ptr
-    row_pass(ptr(s), ptr(a, action_dtype), ptr(s_next), ptr(W1), ptr(b1), ptr(W2), ptr(b2), ptr(r),
+    stream = _cute.current_stream(s)
+    _compile_weight_prep(f, h, num_actions, precision)(ptr(W1), ptr(W2), ptr(prep), stream)
+    row_pass(ptr(s), ptr(a, action_dtype), ptr(s_next), ptr(W1), ptr(prep), ptr(b1), ptr(b2), ptr(r),
              ptr(ds), ptr(hid), ptr(dpred), ptr(dz), ptr(partials), Int32(batch), Int32(num_ctas),
-             Float32(1.0 / (f * batch)), _cute.current_stream(s))
+             Float32(1.0 / (f * batch)), stream)
     sums = sum_partials(partials, num_ctas, width)
 
     dW2 = _arrays.empty(s, (f, h))
@@ -417,6 +605,10 @@ def sum_partials(partials: Any, num_ctas: int, width: int) -> Any:
 
 
 def compiled_for_ci() -> dict[str, Any]:
-    """The row pass at the defaults (F=256, H=128, A=3) in both precisions, PTX kept. The
-    weight gradients are gemm's WeightGrad (gemm.compiled_for_ci covers them)."""
-    return {f"row_pass_{p}": _compile_row_pass(256, 128, 3, p, Int64, keep=True) for p in ("tf32", "fp32")}
+    """The weight prep and the row pass at the defaults (F=256, H=128, A=3) in both precisions,
+    PTX kept. The weight gradients are gemm's WeightGrad (gemm.compiled_for_ci covers them)."""
+    out = {}
+    for p in ("tf32", "fp32"):
+        out[f"weight_prep_{p}"] = _compile_weight_prep(256, 128, 3, p, keep=True)
+        out[f"row_pass_{p}"] = _compile_row_pass(256, 128, 3, p, Int64, keep=True)
+    return out

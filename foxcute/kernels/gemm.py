@@ -257,12 +257,14 @@ def columns_view(raw: cute.Tensor, cols: int, vec: int, stage_stride: int) -> tu
 @cute.jit
 def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cutlass.Constexpr,
                num_chunks: Int32, a: Operand, b: Operand, a_resident: cute.Tensor = None,
-               a_relu: cutlass.Constexpr = False, after_chunk=None):
+               a_relu: cutlass.Constexpr = False, after_chunk=None, multiply=None):
     """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over STAGES shared
     buffers: chunks kc+1 and kc+2 are in flight (cp.async) while chunk kc is multiplied. A is
     streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
     streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
-    column sum of the staged operand). Ends with a barrier: the buffers are free again."""
+    column sum of the staged operand). multiply(sA_chunk, sB_chunk, acc), if given, does a
+    chunk's products in place of tile_mma (a caller's own fragment path; mode and a_relu are
+    then unused). Ends with a barrier: the buffers are free again."""
     b_mX, b_stage3, b_view = b.tensors
     b_num_rows, b_row0, b_vec0, b_num_vecs = b.ints
     b_rows, b_vecs, b_vec, b_along_rows, b_threads = b.static
@@ -302,7 +304,13 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
                         b_along_rows, b_threads, ahead, ahead % STAGES, tid)
         cute.arch.cp_async_commit_group()
         buf = kc % STAGES
-        if cutlass.const_expr(streamed_a):
+        if cutlass.const_expr(multiply is not None):
+            if cutlass.const_expr(streamed_a):
+                multiply(a_view[None, None, buf], b_view[None, None, buf], acc)
+            else:
+                multiply(cute.local_tile(a_resident, (a_rows_resident, CHUNK), (0, kc)),
+                         b_view[None, None, buf], acc)
+        elif cutlass.const_expr(streamed_a):
             tile_mma(tiled_mma, tid, a_view[None, None, buf], b_view[None, None, buf], acc, mode, a_relu)
         else:
             tile_mma(tiled_mma, tid, cute.local_tile(a_resident, (a_rows_resident, CHUNK), (0, kc)),
