@@ -60,7 +60,11 @@ tf32 backward: ONE launch, the batch reduction included (KanBackwardTf32).
   ~2-3 us (2 x 1435 issue slots a scheduler, MMA and MUFU pipes ~0.6 / 0.4 us) + the finish
   ~2 us (~55 KB read, group row, fence + final ticket, ~55 KB read: about four L2 round
   trips on one SM per block) + launch ~0.5 us: a kernel of ~6 us, the layer ~6.5-7 us (~9 us if, as with the old
-  kernel, this model is a third too optimistic).
+  kernel, this model is a third too optimistic). Measured (H200 run 20261129T190653Z): the
+  layer 10.1 us graph-replayed, the kernel 9.3 us in the step breakdown: the model missed by
+  about half. An ncu profile (not committed) shows 1452 instructions a warp, as counted, but
+  each warp waits 6.6 cycles per issued instruction where the model counted issue slots
+  (2 cycles with two warps a scheduler): latencies, not issue slots, bind.
   Considered and not taken: a cluster/DSMEM first level (fewer round trips, but 8-CTA
   clusters at one CTA per SM must fit the GPCs, unverifiable here), finishers that spin on
   other CTAs (a forward-progress assumption), one finish level (295 KB through one SM,
