@@ -40,18 +40,29 @@ def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
             assert re.search(r"\bfma\.rn\.f32", ptx[name]), name
 
 
-def _mma_a_operand_offsets(text):
-    """For every TF32 mma.sync: the shared-memory byte offsets its A registers a0..a3 were
-    loaded from (directly, for operands rounded to TF32 when staged, or through a cvt.rna),
-    relative to a0's; None where they do not trace back to loads from one base register."""
-    loads, converts = {}, {}
+def _shared_loads(text):
+    """The PTX's shared-memory loads and TF32 conversions by destination register: pairs
+    {first: (second, base, offset)} of ld.shared.v2, loads {reg: (base, offset)} of scalar
+    ld.shared, converts {reg: source} of cvt.rna."""
+    pairs, loads, converts = {}, {}, {}
     for line in text.splitlines():
+        m = re.match(r"\s*ld\.shared\.v2\.[bf]32\s+\{(%r\d+),\s*(%r\d+)\},\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
+        if m:
+            pairs[m.group(1)] = (m.group(2), m.group(3), int(m.group(4) or 0))
         m = re.match(r"\s*ld\.shared\.[bf]32\s+(%r\d+),\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
         if m:
             loads[m.group(1)] = (m.group(2), int(m.group(3) or 0))
         m = re.match(r"\s*cvt\.rna\.tf32\.f32\s+(%r\d+),\s*(%r\d+);", line)
         if m:
             converts[m.group(1)] = m.group(2)
+    return pairs, loads, converts
+
+
+def _mma_a_operand_offsets(text):
+    """For every TF32 mma.sync: the shared-memory byte offsets its A registers a0..a3 were
+    loaded from (directly, for operands rounded to TF32 when staged, or through a cvt.rna),
+    relative to a0's; None where they do not trace back to loads from one base register."""
+    _, loads, converts = _shared_loads(text)
     found = []
     flat = re.sub(r"\s+", " ", text)
     for operands in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat):
@@ -110,17 +121,7 @@ def _mma_b_operand_loads(text):
     """For every TF32 mma.sync: ("v2", offset) where its b0, b1 are the two registers of one
     ld.shared.v2 in that order (directly or each through a cvt.rna), ("scalar", b1 - b0 byte
     offset) where each comes from its own scalar ld.shared off one base, else None."""
-    pairs, loads, converts = {}, {}, {}
-    for line in text.splitlines():
-        m = re.match(r"\s*ld\.shared\.v2\.[bf]32\s+\{(%r\d+),\s*(%r\d+)\},\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
-        if m:
-            pairs[m.group(1)] = (m.group(2), m.group(3), int(m.group(4) or 0))
-        m = re.match(r"\s*ld\.shared\.[bf]32\s+(%r\d+),\s*\[(%r\d+)(?:\+(-?\d+))?\];", line)
-        if m:
-            loads[m.group(1)] = (m.group(2), int(m.group(3) or 0))
-        m = re.match(r"\s*cvt\.rna\.tf32\.f32\s+(%r\d+),\s*(%r\d+);", line)
-        if m:
-            converts[m.group(1)] = m.group(2)
+    pairs, loads, converts = _shared_loads(text)
     found = []
     flat = re.sub(r"\s+", " ", text)
     for operands in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{[^}]*\}, \{([^}]*)\}", flat):
