@@ -327,16 +327,23 @@ class _TileCopies:
     A tile of `rows` x `width` floats is cut into float4 vectors, vector idx = r*(width/4)+q,
     handed to threads round-robin; `regs` is a (4, slots) register tensor."""
 
+    @staticmethod
+    def thread_vectors(rows: int, width: int):
+        """Yields (slot i, vector idx, row r, float4 column q) for each vector this thread
+        handles (idx = tid + i * THREADS; in the last slot idx may lie past the tile's
+        rows * width / 4), each computed when the loop body asks for it."""
+        tid, _, _ = cute.arch.thread_idx()
+        per_row = width // 4
+        for i in range(_slots(rows * per_row)):
+            idx = tid + i * THREADS
+            r = idx // per_row
+            yield i, idx, r, idx - r * per_row
+
     @cute.jit
     def fetch_rows(self, src: cute.Tensor, row0: Int32, n_valid: Int32, col0: Int32,
                    regs: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
         """regs <- src[row0 + r, col0 : col0 + width] for r < rows; rows >= n_valid read as 0."""
-        tid, _, _ = cute.arch.thread_idx()
-        per_row = width // 4
-        for i in cutlass.range_constexpr(_slots(rows * per_row)):
-            idx = tid + i * THREADS
-            r = idx // per_row
-            q = idx - r * per_row
+        for i, _, r, q in self.thread_vectors(rows, width):
             if r < n_valid:
                 cute.autovec_copy(cute.local_tile(src[row0 + r, None], (4,), (col0 // 4 + q,)),
                                   regs[None, i])
@@ -348,13 +355,8 @@ class _TileCopies:
                    width: cutlass.Constexpr[int], tf32: cutlass.Constexpr[bool] = False):
         """dst[r, 0:width] <- the vectors fetch_rows put in regs, rounded to TF32 if `tf32`
         (for a tile that only the tensor cores read: _mma_smem's a_rounded / b_rounded)."""
-        tid, _, _ = cute.arch.thread_idx()
-        per_row = width // 4
-        for i in cutlass.range_constexpr(_slots(rows * per_row)):
-            idx = tid + i * THREADS
-            r = idx // per_row
-            q = idx - r * per_row
-            if idx < rows * per_row:
+        for i, idx, r, q in self.thread_vectors(rows, width):
+            if idx < rows * (width // 4):
                 if const_expr(tf32):
                     for e in cutlass.range_constexpr(4):
                         regs[e, i] = round_tf32(regs[e, i])
@@ -365,20 +367,15 @@ class _TileCopies:
                         dst: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
         """dst[r, 0:width] <- src[row0 + r, col0 : col0 + width] by cp.async, 16 bytes each and
         no registers held; rows >= n_valid are zeroed. Commits one cp.async group."""
-        tid, _, _ = cute.arch.thread_idx()
         atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
                                    Float32, num_bits_per_copy=128)
         zeros = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
         zeros.fill(0.0)
-        per_row = width // 4
-        for i in cutlass.range_constexpr(_slots(rows * per_row)):
-            idx = tid + i * THREADS
-            r = idx // per_row
-            q = idx - r * per_row
+        for _, idx, r, q in self.thread_vectors(rows, width):
             if r < n_valid:
                 cute.copy(atom, cute.local_tile(src[row0 + r, None], (4,), (col0 // 4 + q,)),
                           cute.local_tile(dst[r, None], (4,), (q,)))
-            elif idx < rows * per_row:
+            elif idx < rows * (width // 4):
                 cute.autovec_copy(zeros, cute.local_tile(dst[r, None], (4,), (q,)))
         cute.arch.cp_async_commit_group()
 
@@ -387,14 +384,9 @@ class _TileCopies:
         """tile[r, 0:width] <- round_tf32 of itself, for the vectors this thread copied there
         with copy_rows_async (the same thread mapping): once its cp.async group has landed
         they are visible to this thread, and the barrier before any MMA publishes them."""
-        tid, _, _ = cute.arch.thread_idx()
         v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
-        per_row = width // 4
-        for i in cutlass.range_constexpr(_slots(rows * per_row)):
-            idx = tid + i * THREADS
-            r = idx // per_row
-            q = idx - r * per_row
-            if idx < rows * per_row:
+        for _, idx, r, q in self.thread_vectors(rows, width):
+            if idx < rows * (width // 4):
                 cute.autovec_copy(cute.local_tile(tile[r, None], (4,), (q,)), v)
                 for e in cutlass.range_constexpr(4):
                     v[e] = round_tf32(v[e])
@@ -404,13 +396,8 @@ class _TileCopies:
     def store_rows_transposed(self, regs: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
                               width: cutlass.Constexpr[int]):
         """dst[c, r] <- element (r, c) of the tile fetch_rows put in regs (scalar stores)."""
-        tid, _, _ = cute.arch.thread_idx()
-        per_row = width // 4
-        for i in cutlass.range_constexpr(_slots(rows * per_row)):
-            idx = tid + i * THREADS
-            r = idx // per_row
-            q = idx - r * per_row
-            if idx < rows * per_row:
+        for i, idx, r, q in self.thread_vectors(rows, width):
+            if idx < rows * (width // 4):
                 for e in cutlass.range_constexpr(4):
                     dst[q * 4 + e, r] = regs[e, i]
 
@@ -418,14 +405,9 @@ class _TileCopies:
     def fetch_weights_ab(self, mWA: cute.Tensor, mWB: cute.Tensor, col0: Int32, regs: cute.Tensor,
                          D: cutlass.Constexpr[int]):
         """regs <- [W_A | W_B][col0 : col0 + CHUNK, :]: CHUNK rows of 2D floats."""
-        tid, _, _ = cute.arch.thread_idx()
-        per_row = 2 * D // 4
         half = D // 4
-        for i in cutlass.range_constexpr(_slots(CHUNK * per_row)):
-            idx = tid + i * THREADS
-            r = idx // per_row
-            q = idx - r * per_row
-            if idx < CHUNK * per_row:
+        for i, idx, r, q in self.thread_vectors(CHUNK, 2 * D):
+            if idx < CHUNK * (2 * D // 4):
                 if q < half:
                     cute.autovec_copy(cute.local_tile(mWA[col0 + r, None], (4,), (q,)), regs[None, i])
                 else:
