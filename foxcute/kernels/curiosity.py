@@ -123,9 +123,9 @@ def rna_tf32_bits(bits: Int32) -> Int32:
 @cute.jit
 def split_tf32(x: Float32) -> tuple:
     """x = hi + lo for 3xTF32, as MMA operand bits: hi = x rounded to nearest TF32, lo = x - hi
-    (exact) rounded to nearest TF32, i.e. bit for bit gemm.load_tf32_split's cvt.rna results
-    (for finite x), so z's products, accumulated in the same order, are the gemm "3xtf32"
-    mode's. lo is rounded rather than left to the MMA, which would truncate it: an error twice
+    (exact) rounded to nearest TF32, i.e. bit for bit hi = cvt.rna(x), lo = cvt.rna(x - hi)
+    (for finite x), the split of the kernel before this one, whose z products in the same
+    order these are. lo is rounded rather than left to the MMA, which would truncate it: an error twice
     as large, small next to the float32 accumulation's (a NumPy emulation at the defaults gives
     the same rms error of z either way), but z decides the relu mask, and keeping it bit-equal
     to the previous kernel's keeps every mask decision it made. Four instructions
@@ -289,8 +289,8 @@ class RowPass:
         # (z_error_per_norm), the only ones whose sign can be wrong, ~5e-4 of them at the
         # defaults, are summed again in float64 from exact products, each by its warp.
         self.exact_signs = precision == "tf32"
-        self.mode_z = "3xtf32" if precision == "tf32" else "ffma64"
-        self.z_dtype = Float64 if self.mode_z == "ffma64" else Float32
+        self.mode_z = "ffma64" if precision == "fp32" else self.mode  # tile_mma's, fp32 only
+        self.z_dtype = Float64 if precision == "fp32" else Float32
         self.action_dtype = action_dtype
         self.precision = precision
         self.bm = row_block(f, h)
