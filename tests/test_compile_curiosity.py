@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 pytest.importorskip("cutlass")
@@ -90,3 +91,65 @@ def test_tf32_z_split_rounds_both_parts():
     values = 4 * (8 + 8)
     assert len(re.findall(r"add\.s32\s+%r\d+, %r\d+, 4096;", ptx)) == 2 * values
     assert len(re.findall(r"and\.b32\s+%r\d+, %r\d+, -8192;", ptx)) == 2 * values
+
+
+def test_tf32_z_signs_near_zero_recomputed_in_float64():
+    """TF32 z: an entry whose |z| is under the bound tau on its 3xTF32 error is summed again
+    from exact float64 products (the float64 reference's relu mask). Pinned in the PTX: one
+    vote skipping it all per thread, a ballot per accumulator element (32: 64 x 128 over 256
+    threads), and per element a warp-wide float64 dot product, F / 32 = 8 fma.rn.f64 a lane;
+    tau's factors: 4 row norms a thread (sqrt of squares summed from z's A fragments, 8 FFMAs
+    per 8-wide k step), WeightPrep's W1s row norms. fp32 mode sums every z in float64 already
+    and has none of it (its PTX is unchanged)."""
+    ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
+    tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
+    assert tf32.count("vote.sync.any.pred") == 1
+    assert tf32.count("vote.sync.ballot.b32") == 32
+    assert tf32.count("fma.rn.f64") == 32 * 256 // 32
+    assert tf32.count("sqrt.rn.f32") == 4
+    assert ptx["weight_prep_tf32"].count("sqrt.rn.f32") == 1
+    assert "vote.sync" not in fp32 and "sqrt" not in fp32 and "sqrt" not in ptx["weight_prep_fp32"]
+
+
+def test_z_error_bound_covers_an_emulation_of_the_kernels_z(rng):
+    """tau = z_error_per_norm(F) ||s_r|| ||w_c|| + Z_ERROR_PER_B1 |b1_c| against a NumPy
+    emulation of the TF32 row pass's z (split_tf32's hi / lo, per 8-wide k step the MMAs
+    lo*hi, hi*lo, hi*hi, each sum truncated to float32 as the tensor cores do; then + b1 and
+    + W1a[:, a] in float32), on rows of norms 0.01x to 100x with z near 0 in row 0: the
+    products' error stays under a tenth of its part of tau (the emulation gives ~1/50), the
+    error before the last, sign-keeping rounding under half of tau (the b1 rounding can reach
+    that), and every sign that differs from the float64 one is on an entry under tau."""
+    f, h = 256, 128
+
+    def rna_tf32(x):
+        return ((x.view(np.int32) + np.int32(0x1000)) & np.int32(-0x2000)).view(np.float32)
+
+    def truncate(x):
+        y = x.astype(np.float32)
+        over = np.abs(y.astype(np.float64)) > np.abs(x)
+        y[over] = np.nextafter(y[over], np.float32(0))
+        return y
+
+    s = rng.standard_normal((256, f), dtype=np.float32) * (10.0 ** rng.uniform(-2, 2, (256, 1))).astype(np.float32)
+    w = (rng.standard_normal((h, f)) / 16).astype(np.float32)
+    w1a = (rng.standard_normal(h) / 16).astype(np.float32)
+    dot = s.astype(np.float64) @ w.T.astype(np.float64)
+    b1 = (-dot[0] - w1a).astype(np.float32)  # row 0's z near 0 in every column
+    parts = []
+    for x in (s, w):
+        hi = rna_tf32(x)
+        parts.append((hi, rna_tf32(x - hi)))
+    (sh, sl), (wh, wl) = parts
+    acc = np.zeros((256, h), np.float32)
+    for k in range(0, f, 8):
+        for x, y in ((sl, wh), (sh, wl), (sh, wh)):
+            acc = truncate(acc + x[:, k:k + 8].astype(np.float64) @ y[:, k:k + 8].astype(np.float64).T)
+    before_last = (acc + b1).astype(np.float32).astype(np.float64) + w1a
+    z = before_last.astype(np.float32)
+    exact = dot + b1 + w1a
+    norms = np.linalg.norm(s.astype(np.float64), axis=1)[:, None] * np.linalg.norm(w.astype(np.float64), axis=1)
+    tau = curiosity.z_error_per_norm(f) * norms + curiosity.Z_ERROR_PER_B1 * np.abs(b1)
+    assert np.max(np.abs(acc - dot) / (curiosity.z_error_per_norm(f) * norms)) < 0.1
+    assert np.max(np.abs(before_last - exact) / tau) <= 0.5
+    flipped = (z > 0) != (exact > 0)
+    assert np.all(np.abs(z[flipped]) <= tau[flipped])

@@ -32,6 +32,9 @@ Where the split is, and why (four launches and one small copy).
   launch for both (per-CTA partial tiles, summed in CTA order by the last CTA of each tile),
   reading hid, dpred and dz (16 MB, written just before and mostly still in the 50 MB L2)
   and s. Recomputing hid/dpred/dz there instead would redo the forward products.
+- TF32: z's relu mask is the float64 one (RowPass.exact_sign_epilogue): the few z entries
+  whose 3xTF32 value is within its error bound of 0 are summed again in float64 (WeightPrep
+  adds W1s's row norms to the workspace for the bound).
 - The row pass's partials (F + H(A+1) + 1 columns per CTA) are summed by column_sum.
 - Every batch reduction is per-CTA partials added in a fixed order: bit-identical from run
   to run, no float atomics.
@@ -66,6 +69,27 @@ MAX_N_TILE = 128  # output columns per pass over the reduction (32 accumulators 
 SMEM_BUDGET = 220 * 1024  # of the 227 KB a Hopper CTA may use
 COLSUM_WIDTH = 4096  # column_sum's widest input
 STAGE_W = MAX_N_TILE * (CHUNK + PAD)  # floats per weight stage: a [n, CHUNK] row block
+Z_ERROR_PER_B1 = 2.0**-23  # tau's b1 term (see z_error_per_norm)
+
+
+def z_error_per_norm(f: int) -> float:
+    """tau(r, c) / (||s_r|| ||w_c||), tau = z_error_per_norm(F) ||s_r|| ||w_c|| + Z_ERROR_PER_B1 |b1_c|:
+    twice a bound on |z_tf32 - z| for the TF32 row pass's z (w_c = W1s[c, :]). Its terms, with
+    S = sum_k |s_rk w_ck| <= ||s_r|| ||w_c|| (Cauchy-Schwarz), u = 2^-24:
+    - 3xTF32 split (hi = rna(x), |x - hi| <= 2^-11 |x|, lo = rna(x - hi) within 2^-22 |x|):
+      s w - (hi hi' + hi lo' + lo hi') = hi (l' - lo') + (l - lo) hi' + l l' (l = x - hi):
+      <= 3.001 * 2^-22 |s w| a product, 12.01 u S in all;
+    - accumulation: 3F/8 MMAs (three per 8-wide k step), each rounding its sum to float32; the
+      tensor cores truncate, and may drop bits of the smaller terms when they align them:
+      taken as 2 ulp of the running |sum| <= S each, (3F/8) 4u S = 1.5 F u S;
+    - + b1 in float32: u (|acc| + |b1|) <= u S + u |b1|; the last addition (+ W1a) rounds to
+      nearest, which keeps the sign, so it cannot flip one.
+    A z whose sign differs from the exact one has |z| <= |z - z_exact| <= (1.5 F + 13) u S +
+    u |b1|; the factor 2 covers tau's own float32 arithmetic with room. At the defaults tau /
+    (||s_r|| ||w_c||) = 4.7e-5: ~5e-4 of random N(0, 1) z entries fall under it (~5 a CTA of
+    64 x 128), where a CPU emulation of the kernel's z (truncating MMAs) gives errors of at
+    most ~1/50 of tau (rms ~1/300)."""
+    return 2 * (1.5 * f + 13) * 2.0**-24
 
 
 def n_tile(n: int, warps_n: int) -> int:
@@ -137,13 +161,17 @@ def load_matrices(s: cute.Tensor, row: Int32, col: Int32) -> list:
 
 @cute.jit
 def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constexpr, sA: cute.Tensor,
-                    sB: cute.Tensor, acc: cute.Tensor):
+                    sB: cute.Tensor, acc: cute.Tensor, row_sq=None):
     """acc += sA @ sB^T over one CHUNK of k (sA [bm, CHUNK], sB [bn, CHUNK], both k-contiguous)
     by TF32 mma.sync in tiled_mma's accumulator layout, the fragments loaded with ldmatrix: per
     8-wide k step one instruction for a 16-row A fragment and one for two 8-row B fragments
     (row strides of 4 (mod 32) words keep each 8-row block on distinct banks). The operands
     are TF32 already (rounded where they were written), or, with `split`, float32 values
-    split here (3xTF32: x = hi + lo, three MMAs hi*hi + hi*lo + lo*hi, about float32 products)."""
+    split here (3xTF32: x = hi + lo, three MMAs hi*hi + hi*lo + lo*hi, about float32 products).
+    row_sq, if given ([2, num_mi] per thread): += the squares of the thread's A values, by the
+    fragment's row half and mi (A element (v0, v1) is row +8 v0, k +4 v1, the rows of the
+    accumulator elements ((., v0), mi, .)); summed over the 4 lanes of a row, the rows' squared
+    norms, from the values already in registers."""
     thr = tiled_mma.get_slice(tid)
     lane = tid % 32
     rows_a = cute.size(sA, mode=[0])
@@ -167,6 +195,9 @@ def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constex
             regs = load_matrices(sA, row, 8 * ks + 4 * (block // 2))
             for j in cutlass.range_constexpr(4):
                 set_operand(rA, rA_lo, ((j % 2, j // 2), mi), regs[j], split)
+                if cutlass.const_expr(row_sq is not None):
+                    x = Float32(llvm.bitcast(Float32.mlir_type, regs[j].ir_value()))
+                    row_sq[j % 2, mi] = row_sq[j % 2, mi] + x * x
         # B blocks (k +0 / +4 of column block ni, then of ni + 1) = elements (v, ni + block // 2).
         for np in cutlass.range_constexpr((num_ni + 1) // 2):
             ni_hi = min(2 * np + 1, num_ni - 1)  # an odd last block: loaded twice, used once
@@ -184,10 +215,11 @@ def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constex
 
 
 class WeightPrep:
-    """The row pass's weights, as it streams them, into one [4, H*F] array: W1s = W1[:, :F]
+    """The row pass's weights, as it streams them, into one [4 H F + H] array: W1s = W1[:, :F]
     ([H, F], contiguous: float4 rows), W2 ([F, H]), W2^T ([H, F]) and W1s^T ([F, H]), the last
     three rounded to TF32 in TF32 mode (they are only ever MMA operands; z's product splits W1s
-    itself, 3xTF32). Thread e = (i, j) of the [H, F] index space handles W1[i, j] and W2[j, i]:
+    itself, 3xTF32), and in TF32 mode the norms ||W1s[c, :]||_2 (H floats: the row pass's bound
+    on z's error). Thread e = (i, j) of the [H, F] index space handles W1[i, j] and W2[j, i]:
     half of the accesses are H floats apart, 128 KB at the defaults, absorbed by L2."""
 
     threads = 256
@@ -222,6 +254,22 @@ class WeightPrep:
             mPrep[1, j * h + i] = w2
             mPrep[2, e] = w2
             mPrep[3, j * h + i] = round_tf32(w1) if cutlass.const_expr(self.rounded) else w1
+        if cutlass.const_expr(self.rounded):
+            # ||W1s[c, :]||_2 -> the H floats after the four operands (tau's column factor in
+            # the row pass): warp c of the grid, its lanes' strided sums of squares added in a
+            # fixed butterfly (H * 32 <= H * F threads).
+            lane = tid % 32
+            c = e // 32
+            if c < h:
+                sq = Float32(0.0)
+                for m in cutlass.range_constexpr(f // 32):
+                    x = mW1[c, lane + 32 * m]
+                    sq = sq + x * x
+                for offset in (16, 8, 4, 2, 1):
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=offset)
+                if lane == 0:
+                    mNorms = cute.make_tensor(mPrep.iterator + 4 * h * f, cute.make_layout(h))
+                    mNorms[c] = cute.math.sqrt(sq)
 
 
 class RowPass:
@@ -231,11 +279,16 @@ class RowPass:
         # z decides the relu mask of the backward pass; the float64 reference's mask differs
         # wherever z is computed less exactly than |z|, and each flip moves dz (and ds, dW1)
         # by a whole dh element. TF32 z flips ~1e-4 of the mask: ds rel. err ~9e-3, over the
-        # 2e-3 budget; so in TF32 mode z is 3xTF32 (matrix_tile_mma with split: ~float32
-        # products), which still flips ~1 entry in 1e6, and one flip can cost more than the
-        # budget at the defaults (the README's known exception). In fp32 mode even one flip
-        # (~1.4e-3) breaks the 1e-5 budget, so z is summed in float64 there (tile_mma's
-        # "ffma64": products of float32 values are exact in float64).
+        # 2e-3 budget; 3xTF32 z (~float32 exact) still flips ~1 entry in 1e6, and one flip
+        # at the defaults is ~2.5e-3 of ds (seed 12 on the H200; a third of random seeds).
+        # In fp32 mode even one flip (~1.4e-3) breaks the 1e-5 budget, so z is summed in
+        # float64 there (products of float32 values are exact in float64). In TF32 mode that
+        # would be 8192 DFMA a thread (32 entries x 256 terms: ~17 us an SM at Hopper's 64
+        # DFMA/clk, conversions not counted), about half the row pass again; instead
+        # (exact_signs) only the entries whose 3xTF32 |z| is under the bound tau on its error
+        # (z_error_per_norm), the only ones whose sign can be wrong, ~5e-4 of them at the
+        # defaults, are summed again in float64 from exact products, each by its warp.
+        self.exact_signs = precision == "tf32"
         self.mode_z = "ffma64" if precision == "fp32" else self.mode  # tile_mma's, fp32 only
         self.z_dtype = Float64 if precision == "fp32" else Float32
         self.action_dtype = action_dtype
@@ -255,11 +308,83 @@ class RowPass:
     def smem_floats(bm: int, f: int, h: int) -> int:
         return STAGES * (bm * (CHUNK + PAD) + STAGE_W) + bm * (h + PAD) + bm * (f + PAD) + 2 * bm + 4 * bm
 
-    def multiply(self, tiled_mma: cute.TiledMma, tid: Int32, split: bool = False):
+    def multiply(self, tiled_mma: cute.TiledMma, tid: Int32, split: bool = False, row_sq=None):
         """mma_chunks' chunk product: TF32 by matrix_tile_mma; fp32 by gemm.tile_mma (None)."""
         if self.precision == "tf32":
-            return functools.partial(matrix_tile_mma, tiled_mma, tid, split)
+            return functools.partial(matrix_tile_mma, tiled_mma, tid, split, row_sq=row_sq)
         return None
+
+    @cute.jit
+    def exact_z(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
+                act: Int32, row: Int32, col: Int32, lane: Int32) -> Float64:
+        """z[row, col] summed in float64 from exact products (float32 x float32 fits in a
+        float64), as the fp32 mode's ffma64 z: called by a whole warp with the same (row, col),
+        lane l taking k = l + 32 m (coalesced loads of s's row and W1s's), its terms summed in
+        k order, the lanes' sums in a fixed butterfly. Every lane gets the same bits (each
+        butterfly addition is the same two operands, swapped)."""
+        acc = Float64(0.0)
+        for m in cutlass.range_constexpr(self.f // 32):
+            k4 = lane // 4 + 8 * m
+            acc = acc + Float64(mS[row, k4, lane % 4]) * Float64(mW1sv[col, k4, lane % 4])
+        for offset in (16, 8, 4, 2, 1):
+            acc = acc + cute.arch.shuffle_sync_bfly(acc, offset=offset)
+        acc = acc + Float64(mB1[col])
+        if act >= 0:
+            acc = acc + Float64(mW1[col, self.f + act])
+        return acc
+
+    @cute.jit
+    def exact_sign_epilogue(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
+                            sActs: cute.Tensor, sZ: cute.Tensor, cC1: cute.Tensor, acc1: cute.Tensor,
+                            b1_frag: cute.Tensor, w1a_frag: cute.Tensor, hid_frag: cute.Tensor,
+                            row_norm: cute.Tensor, col_tau: cute.Tensor, row0: Int32, col0: Int32,
+                            batch: Int32, lane: Int32):
+        """TF32 phase 1 epilogue: z = acc1 + b1 + W1a[:, a] in float32 (3xTF32 products), but
+        each z with |z| <= tau (the bound on its error, z_error_per_norm) is replaced by its
+        float64 sum (exact_z), rounded to float32 (which keeps the sign): the relu mask is
+        then the float64 reference's wherever float32 can tell z from 0. hid_frag <- relu(z),
+        sZ <- hid rounded to TF32 (pred's A operand, rounded once here rather than at each of
+        the warps_n warps' fragment loads; hid > 0 exactly where z > 0: TF32 has float32's
+        exponents, only a z below 2^-137 rounds to 0; so it is dz's mask too).
+        Candidates are rare (~5e-4 of the entries): one vote per thread skips the recompute
+        where the warp has none; otherwise per fragment element a ballot, and the warp sums
+        each of its lanes' candidates together. Entries not recomputed keep their bits."""
+        num_mi = cute.size(acc1, mode=[1])
+        need = Int32(0)
+        for i in cutlass.range_constexpr(cute.size(acc1)):
+            r = cC1[i][0]
+            z_wide = acc1[i] + b1_frag[i]
+            if sActs[r] >= 0:
+                z_wide = z_wide + w1a_frag[i]
+            hid_frag[i] = z_wide
+            need = need | Int32(self.z_unsure(hid_frag, b1_frag, row_norm, col_tau, i, num_mi, row0 + r < batch))
+        if cute.arch.vote_any_sync(need != 0):
+            for i in cutlass.range_constexpr(cute.size(acc1)):
+                r = cC1[i][0]
+                col = col0 + cC1[i][1]
+                lanes = cute.arch.vote_ballot_sync(
+                    self.z_unsure(hid_frag, b1_frag, row_norm, col_tau, i, num_mi, row0 + r < batch))
+                while lanes != 0:
+                    lowest = lanes & (Int32(0) - lanes)
+                    lanes = lanes ^ lowest
+                    src = Int32(31) - Int32(cute.arch.clz(lowest))
+                    r_src = cute.arch.shuffle_sync(r, src)
+                    z = self.exact_z(mS, mW1sv, mW1, mB1, sActs[r_src], row0 + r_src,
+                                     cute.arch.shuffle_sync(col, src), lane)
+                    if lane == src:
+                        hid_frag[i] = Float32(z)
+        for i in cutlass.range_constexpr(cute.size(acc1)):
+            hid_frag[i] = relu(hid_frag[i])
+            sZ[cC1[i][0], col0 + cC1[i][1]] = round_tf32(hid_frag[i])
+
+    @cute.jit
+    def z_unsure(self, z_frag: cute.Tensor, b1_frag: cute.Tensor, row_norm: cute.Tensor, col_tau: cute.Tensor,
+                 i: cutlass.Constexpr, num_mi: cutlass.Constexpr, valid: cutlass.Boolean) -> cutlass.Boolean:
+        """|z| <= tau for accumulator element i = ((v0, v1), mi, ni) (column 2 t + v0 of block
+        ni, row g + 8 v1 of block mi), in a row of the batch."""
+        v0, v1, mi, ni = i % 2, i // 2 % 2, i // 4 % num_mi, i // (4 * num_mi)
+        tau = row_norm[v1, mi] * col_tau[v0, ni] + Float32(Z_ERROR_PER_B1) * abs(b1_frag[i])
+        return valid & (abs(z_frag[i]) <= tau)
 
     @cute.jit
     def __call__(self, s_ptr: cute.Pointer, a_ptr: cute.Pointer, s_next_ptr: cute.Pointer,
@@ -335,36 +460,51 @@ class RowPass:
         b1_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
         w1a_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
         hid_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
+        if cutlass.const_expr(self.exact_signs):
+            # tau's factors: the norms of the thread's accumulator rows (its A rows: from
+            # phase 1's first column tile's fragments) and of its columns' W1s rows (WeightPrep).
+            row_norm = cute.make_rmem_tensor((2, cute.size(acc1, mode=[1])), Float32)
+            row_norm.fill(0.0)
+            col_tau = cute.make_rmem_tensor((2, cute.size(acc1, mode=[2])), Float32)
+            mNorms = cute.make_tensor(mW1sv.iterator + 4 * f * h, cute.make_layout(h))
         for nt in cutlass.range_constexpr(h // bn1):
             for i in cutlass.range_constexpr(cute.size(acc1)):
                 b1_frag[i] = mB1[nt * bn1 + cC1[i][1]]
             acc1.fill(0.0)
+            row_sq = row_norm if cutlass.const_expr(self.exact_signs and nt == 0) else None
             mma_chunks(tiled_mma, tid, acc1, self.mode_z, f // CHUNK,
                        Operand(mS, batch, row0, 0, f // 4, bm, CHUNK // 4, 4, False, sS3, sS,
                                threads=self.threads),
                        Operand(mW1sv, h, nt * bn1, 0, f // 4, bn1, CHUNK // 4, 4, False, sW1_3, sW1,
                                threads=self.threads),
-                       multiply=self.multiply(tiled_mma, tid, split=True))
+                       multiply=self.multiply(tiled_mma, tid, split=True, row_sq=row_sq))
+            if cutlass.const_expr(row_sq is not None):
+                for i in cutlass.range_constexpr(cute.size(row_norm)):
+                    sq = row_norm[i]
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+                    row_norm[i] = cute.math.sqrt(sq)
             for i in cutlass.range_constexpr(cute.size(acc1)):
                 act = sActs[cC1[i][0]]
                 w1a_frag[i] = Float32(0.0)
                 if act >= 0:
                     w1a_frag[i] = mW1[nt * bn1 + cC1[i][1], f + act]
-            for i in cutlass.range_constexpr(cute.size(acc1)):
-                r = cC1[i][0]
-                col = nt * bn1 + cC1[i][1]
-                act = sActs[r]
-                z_wide = acc1[i] + self.z_dtype(b1_frag[i])
-                if act >= 0:
-                    z_wide = z_wide + self.z_dtype(w1a_frag[i])
-                z = Float32(z_wide)  # rounding keeps the sign: the mask is the exact one
-                hid_frag[i] = relu(z)
-                if cutlass.const_expr(self.precision == "tf32"):
-                    # pred's A operand, rounded once here rather than at each of the warps_n
-                    # warps' fragment loads. hid > 0 exactly where z > 0 (TF32 has float32's
-                    # exponents; only a z below 2^-137 would round to 0), so it is the mask too.
-                    sZ[r, col] = round_tf32(hid_frag[i])
-                else:
+            if cutlass.const_expr(self.exact_signs):
+                for ni in cutlass.range_constexpr(cute.size(col_tau, mode=[1])):
+                    for v0 in cutlass.range_constexpr(2):
+                        col_tau[v0, ni] = Float32(z_error_per_norm(f)) * mNorms[nt * bn1 + cC1[(v0, 0), 0, ni][1]]
+                self.exact_sign_epilogue(mS, mW1sv, mW1, mB1, sActs, sZ, cC1, acc1, b1_frag, w1a_frag,
+                                         hid_frag, row_norm, col_tau, row0, nt * bn1, batch, tid % 32)
+            else:
+                for i in cutlass.range_constexpr(cute.size(acc1)):
+                    r = cC1[i][0]
+                    col = nt * bn1 + cC1[i][1]
+                    act = sActs[r]
+                    z_wide = acc1[i] + self.z_dtype(b1_frag[i])
+                    if act >= 0:
+                        z_wide = z_wide + self.z_dtype(w1a_frag[i])
+                    z = Float32(z_wide)  # rounding keeps the sign: the mask is the exact one
+                    hid_frag[i] = relu(z)
                     sZ[r, col] = z
             # The global stores of each epilogue in a loop of their own: a lane's two adjacent
             # columns are then stored together, as one 64-bit store.
@@ -566,6 +706,29 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
                      precision: str = "tf32") -> tuple:
     """(loss [1], r [B], dW1 [H, F+A], db1 [H], dW2 [F, H], db2 [F], ds [B, F]) for validated
     arrays; launched on the current stream of the array library, nothing synchronizes."""
+    f = s.shape[1]
+    h, w1_cols = W1.shape
+    num_actions = w1_cols - f
+    width = f + h * (num_actions + 1) + 1
+    r, ds, hid, dpred, dz, partials = row_pass_outputs(s, a, s_next, W1, b1, W2, b2, precision=precision)
+    sums = sum_partials(partials, len(partials) // width, width)
+
+    dW2 = _arrays.empty(s, (f, h))
+    dW1 = _arrays.empty(s, (h, w1_cols))
+    # dW2 = dpred^T hid and dW1[:, :F] = dz^T s (rows F + A apart), side by side in one launch.
+    weight_grads_into([(dpred, hid, dW2, h, None), (dz, s, dW1, w1_cols, None)], precision)
+    dW1[:, f:] = sums[f + h:f + h + h * num_actions].reshape(h, num_actions)
+    db2 = sums[:f]
+    db1 = sums[f:f + h]
+    loss = sums[width - 1:width]
+    return loss, r, dW1, db1, dW2, db2, ds
+
+
+def row_pass_outputs(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2: Any, *,
+                     precision: str = "tf32") -> tuple:
+    """WeightPrep and the row pass: (r [B], ds [B, F], hid [B, H], dpred [B, F], dz [B, H],
+    per-CTA partials [num_ctas * width]) on the current stream (hid and dz are also what the
+    GPU tests read the relu mask from)."""
     batch, f = s.shape
     h, w1_cols = W1.shape
     num_actions = w1_cols - f
@@ -580,24 +743,14 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     dpred = _arrays.empty(s, (batch, f))
     dz = _arrays.empty(s, (batch, h))
     partials = _arrays.empty(s, (num_ctas * width,))
-    prep = _arrays.empty(s, (4 * h * f,))
+    prep = _arrays.empty(s, (4 * h * f + h,))  # WeightPrep's operands, then (TF32) W1s's row norms
     ptr = _cute.gmem_ptr
     stream = _cute.current_stream(s)
     _compile_weight_prep(f, h, num_actions, precision)(ptr(W1), ptr(W2), ptr(prep), stream)
     row_pass(ptr(s), ptr(a, action_dtype), ptr(s_next), ptr(W1), ptr(prep), ptr(b1), ptr(b2), ptr(r),
              ptr(ds), ptr(hid), ptr(dpred), ptr(dz), ptr(partials), Int32(batch), Int32(num_ctas),
              Float32(1.0 / (f * batch)), stream)
-    sums = sum_partials(partials, num_ctas, width)
-
-    dW2 = _arrays.empty(s, (f, h))
-    dW1 = _arrays.empty(s, (h, w1_cols))
-    # dW2 = dpred^T hid and dW1[:, :F] = dz^T s (rows F + A apart), side by side in one launch.
-    weight_grads_into([(dpred, hid, dW2, h, None), (dz, s, dW1, w1_cols, None)], precision)
-    dW1[:, f:] = sums[f + h:f + h + h * num_actions].reshape(h, num_actions)
-    db2 = sums[:f]
-    db1 = sums[f:f + h]
-    loss = sums[width - 1:width]
-    return loss, r, dW1, db1, dW2, db2, ds
+    return r, ds, hid, dpred, dz, partials
 
 
 def sum_partials(partials: Any, num_ctas: int, width: int) -> Any:
