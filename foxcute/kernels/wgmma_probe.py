@@ -13,7 +13,7 @@ What the CuTe DSL 4.8.1 gives, and what this file adds.
   allows for tf32 wgmma) and read from shared memory through descriptors (SS).
 - TF32 operands are float32 bit patterns of which the tensor core reads the top 19 bits: an
   unrounded value is truncated. So every element is rounded to nearest (cvt.rna) once, as it is
-  staged in shared memory (_round_tf32, as in foxcute.kernels.mamba2).
+  staged in shared memory (gemm.round_tf32, as foxcute.kernels.mamba2 does).
 - Shared-memory layout: the K-major 128-byte-swizzle atom (warpgroup.make_smem_layout_atom
   K_SW128: 8 rows of 32 floats, 16-byte chunks of row r XOR-permuted by r mod 8) tiled over
   the [rows, CHUNK] tile. CHUNK = 32 floats is exactly one atom row, so one K-chunk of a tile is
@@ -53,13 +53,13 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Boolean, Float32, Int32, TFloat32  # noqa: E402
 from cutlass._mlir.dialects import cute_nvgpu as _cute_nvgpu_ir  # noqa: E402
-from cutlass._mlir.dialects import llvm  # noqa: E402
 from cutlass.cute.atom import make_atom  # noqa: E402
 from cutlass.cute.core import _pack_shape  # noqa: E402
 from cutlass.cute.nvgpu import OperandMajorMode, warpgroup  # noqa: E402
 from cutlass.cute.nvgpu.warpgroup.mma import MmaOp, MmaTraits  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, empty  # noqa: E402
+from .gemm import round_tf32  # noqa: E402
 
 THREADS = 128  # one warpgroup
 TILE_M = 64  # rows of C per CTA: the wgmma M
@@ -86,13 +86,6 @@ class _MmaTF32Op(MmaOp):
             self.a_dtype.mlir_type, self.b_dtype.mlir_type, self.acc_dtype.mlir_type, self.a_src._to_ir())
         # The one runtime field, "accumulate" (scale-d), starts False as in MmaF16BF16Op.
         return MmaTraits(make_atom(ty, [Boolean(False).ir_value(loc=loc, ip=ip)], loc=loc, ip=ip))
-
-
-@cute.jit
-def _round_tf32(x: Float32) -> Float32:
-    """x rounded to nearest TF32 (cvt.rna, ties away from zero), kept as float32 bits (as in
-    foxcute.kernels.mamba2; defined here so that the probe loads on its own)."""
-    return Float32(llvm.bitcast(Float32.mlir_type, cute.arch.cvt_f32_tf32(x)))
 
 
 def check_sizes(chk: Checker) -> None:
@@ -197,7 +190,7 @@ class WgmmaTF32Matmul:
             r = v // per_row
             q = v - r * per_row
             for e in cutlass.range_constexpr(4):
-                regs[e, i] = _round_tf32(regs[e, i])
+                regs[e, i] = round_tf32(regs[e, i])
             cute.autovec_copy(regs[None, i], cute.local_tile(dst[r, None], (4,), (q,)))
 
 
