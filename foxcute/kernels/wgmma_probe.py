@@ -7,10 +7,11 @@ A building block to learn the API on before redesigning Mamba2 around it; not a 
 What the CuTe DSL 4.8.1 gives, and what this file adds.
 - `cute.nvgpu.warpgroup` offers MmaF16BF16Op, MmaF8Op and MmaI8Op only. The MLIR atom under
   them (cute_nvgpu.MmaAtomSM90Type) takes TF32 operand types too and lowers them to
-  `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32` (checked in the PTX), so `_MmaTF32Op`
-  below is the F16/BF16 op with the types and the instruction K changed: A and B TFloat32, a
-  Float32 accumulator, K = 8 per instruction, both operands K-major (the only majorness PTX
-  allows for tf32 wgmma) and read from shared memory through descriptors (SS).
+  `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32` (checked in the PTX), so
+  `_wgmma.MmaTF32Op` (now shared with the Mamba2 forward) is the F16/BF16 op with the types
+  and the instruction K changed: A and B TFloat32, a Float32 accumulator, K = 8 per
+  instruction, both operands K-major (the only majorness PTX allows for tf32 wgmma) and read
+  from shared memory through descriptors (SS).
 - TF32 operands are float32 bit patterns of which the tensor core reads the top 19 bits: an
   unrounded value is truncated. So every element is rounded to nearest (cvt.rna) once, as it is
   staged in shared memory (gemm.round_tf32, as foxcute.kernels.mamba2 does).
@@ -42,7 +43,6 @@ Each CTA writes its own tile once: deterministic, no atomics.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from . import _cute
@@ -51,41 +51,20 @@ from ._cute import CompiledCache, compile_kernel, fake_ptr, fake_stream, gmem_pt
 import cuda.bindings.driver as cuda  # noqa: E402  (after _cute: it sets the target arch)
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-from cutlass import Boolean, Float32, Int32, TFloat32  # noqa: E402
-from cutlass._mlir.dialects import cute_nvgpu as _cute_nvgpu_ir  # noqa: E402
-from cutlass.cute.atom import make_atom  # noqa: E402
-from cutlass.cute.core import _pack_shape  # noqa: E402
-from cutlass.cute.nvgpu import OperandMajorMode, warpgroup  # noqa: E402
-from cutlass.cute.nvgpu.warpgroup.mma import MmaOp, MmaTraits  # noqa: E402
+from cutlass import Float32, Int32  # noqa: E402
+from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, empty  # noqa: E402
+from ._wgmma import MMA_K, allocate_sw128, publish, tiled_mma_tf32  # noqa: E402
 from .gemm import round_tf32  # noqa: E402
 
 THREADS = 128  # one warpgroup
 TILE_M = 64  # rows of C per CTA: the wgmma M
 CHUNK = 32  # K elements per main-loop step: one 128-byte swizzle row of float32
-MMA_K = 8  # K per tf32 wgmma instruction
 STAGES = 3  # shared buffers per operand: see Ordering above
 SUPPORTED_N = (32, 64)
 MAX_K = 512
 DEFAULT_SIZES = dict(M=65536, N=32, K=256)  # Mamba2's a|u = h_hist [B*K, SH2] @ [W_A|W_B]
-
-
-@dataclass(frozen=True)
-class _MmaTF32Op(MmaOp):
-    """wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B K-major in shared memory."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(TFloat32, TFloat32, Float32, (TILE_M, n, MMA_K), warpgroup.OperandSource.SMEM,
-                         OperandMajorMode.K, OperandMajorMode.K)
-
-    def _make_trait(self, *, loc: Any = None, ip: Any = None, **kwargs: Any) -> MmaTraits:
-        shape_mnk = _pack_shape(self.shape_mnk, loc=loc, ip=ip)
-        ty = _cute_nvgpu_ir.MmaAtomSM90Type.get(
-            shape_mnk.type.attribute, self.a_major_mode._to_ir(), self.b_major_mode._to_ir(),
-            self.a_dtype.mlir_type, self.b_dtype.mlir_type, self.acc_dtype.mlir_type, self.a_src._to_ir())
-        # The one runtime field, "accumulate" (scale-d), starts False as in MmaF16BF16Op.
-        return MmaTraits(make_atom(ty, [Boolean(False).ir_value(loc=loc, ip=ip)], loc=loc, ip=ip))
 
 
 def check_sizes(chk: Checker) -> None:
@@ -125,14 +104,11 @@ class WgmmaTF32Matmul:
         row0 = tile * TILE_M
 
         smem = cutlass.memory.SmemAllocator()
-        atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, Float32)
         # (rows, CHUNK, STAGES): atoms stacked down the rows, then the stages.
-        a_layout = cute.tile_to_shape(atom, (TILE_M, CHUNK, STAGES), order=(0, 1, 2))
-        b_layout = cute.tile_to_shape(atom, (self.n, CHUNK, STAGES), order=(0, 1, 2))
-        sA = smem.allocate_tensor(Float32, a_layout.outer, 1024, a_layout.inner)
-        sB = smem.allocate_tensor(Float32, b_layout.outer, 1024, b_layout.inner)
+        sA = allocate_sw128(smem, (TILE_M, CHUNK, STAGES))
+        sB = allocate_sw128(smem, (self.n, CHUNK, STAGES))
 
-        tiled_mma = cute.make_tiled_mma(cute.make_mma_atom(_MmaTF32Op(self.n)), (1, 1, 1))
+        tiled_mma = tiled_mma_tf32(self.n)
         thr = tiled_mma.get_slice(tid)
         # (MMA, 1, CHUNK / 8, STAGES) descriptors: one per operand, K step and stage.
         tCrA = tiled_mma.make_fragment_A(thr.partition_A(sA))
@@ -141,7 +117,6 @@ class WgmmaTF32Matmul:
         tCgC = thr.partition_C(gC)
         acc = cute.make_rmem_tensor(tCgC.shape, Float32)
         acc.fill(0.0)
-        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
 
         # The next chunk's operands in registers, 4 floats a vector (see fetch / stage).
         rA = cute.make_rmem_tensor((4, _vectors_per_thread(TILE_M)), Float32)
@@ -153,7 +128,7 @@ class WgmmaTF32Matmul:
             stage = kc % STAGES
             self.stage(rA, sA[None, None, stage], TILE_M, tid)
             self.stage(rB, sB[None, None, stage], self.n, tid)
-            cute.arch.fence_view_async_shared()  # my stores -> visible to wgmma (async proxy)
+            publish()  # my stores -> visible to wgmma (async proxy)
             cute.arch.barrier()  # everyone's stores are in
             warpgroup.fence()
             for k in cutlass.range_constexpr(CHUNK // MMA_K):
