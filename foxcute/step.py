@@ -251,12 +251,13 @@ def run(inputs: dict[str, dict[str, Any]], *, backend: str = "reference", precis
     return out
 
 
-def _validate(inputs: dict[str, dict[str, Any]], backend: str, precision: str, impl: str) -> None:
+def _validate(inputs: dict[str, dict[str, Any]], backend: str, precision: str, impl: str) -> list[str]:
     """One `run` (every argument checked, every kernel compiled); the kernel path also needs
-    Mamba2's w given (the layer module would fill in ones for w=None)."""
+    Mamba2's w given (the layer module would fill in ones for w=None). Returns the names of
+    run's outputs, in its order."""
     if inputs["mamba2"].get("w") is None:
         raise ValueError("foxcute.step: the kernel path needs mamba2's w as an array (make_inputs gives one)")
-    run(inputs, backend=backend, precision=precision, impl=impl)
+    return list(run(inputs, backend=backend, precision=precision, impl=impl))
 
 
 def kernel_parts(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", precision: str = "tf32",
@@ -279,24 +280,21 @@ def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pre
     on the current stream, in PARTS order. Either way the function can be captured in a CUDA
     graph (timing.bench), the side lane becoming a parallel branch of the graph."""
     layers = _KernelLayers(backend, precision, impl)
-    _validate(inputs, backend, precision, impl)
+    names = _validate(inputs, backend, precision, impl)
     side = _SideLane(inputs["mamba2"]["h"]) if lanes else None
 
     def launch() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        made: dict[str, list[str]] = {}
         parts = dict(_parts(layers, inputs, out))
 
-        def run_parts(names):
-            for name in names:
-                before = set(out)
+        def run_parts(lane):
+            for name in lane:
                 parts[name]()
-                made[name] = [k for k in out if k not in before]
         if side is None:
             run_parts(PARTS)
         else:
             side.run(lambda: run_parts(LANES[1]), lambda: run_parts(LANES[0]))
-        return {k: out[k] for name in PARTS for k in made[name]}
+        return {name: out[name] for name in names}  # the side lane's parts ran first
     return launch
 
 

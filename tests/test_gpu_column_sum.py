@@ -26,16 +26,19 @@ def test_matches_float64_reference(rng, m, n):
     assert rel_err(out, ref) <= 1e-6
 
 
-@pytest.mark.parametrize("n", [3, 128, 1028, 2052, 4095, 4096])
-def test_every_tail_row_and_column_counts(n):
+def assert_exact_small_integer_sums(m, n):
     # Small integers, so float32 sums are exact: a dropped or doubled row or a misplaced
-    # column shows up as an exact mismatch; M = 4k+3 exercises the pack tail.
-    m = 4 * 37 + 3
+    # column shows up as an exact mismatch.
     rows = np.arange(m)[:, None] % 11 + 1
     cols = np.arange(n)[None, :] % 13 + 1
     g = (rows * cols).astype(np.float32)
     out = foxcute.column_sum(cp.asarray(g), backend="cute").get()
     np.testing.assert_array_equal(out, g.astype(np.float64).sum(0).astype(np.float32))
+
+
+@pytest.mark.parametrize("n", [3, 128, 1028, 2052, 4095, 4096])
+def test_every_tail_row_and_column_counts(n):
+    assert_exact_small_integer_sums(4 * 37 + 3, n)  # M = 4k+3 exercises the pack tail
 
 
 @pytest.mark.parametrize("m", [16, 151])
@@ -43,12 +46,8 @@ def test_every_tail_row_and_column_counts(n):
 def test_rows_of_128_to_256_vectors(m, n):
     # Packed rows of 129..255 float4 vectors get a CTA of more threads than vectors, one
     # thread row: the idle threads once stored their zeros over other threads' sums
-    # (curiosity's [16, 129] partials). Exact small-integer sums catch any lost row.
-    rows = np.arange(m)[:, None] % 11 + 1
-    cols = np.arange(n)[None, :] % 13 + 1
-    g = (rows * cols).astype(np.float32)
-    out = foxcute.column_sum(cp.asarray(g), backend="cute").get()
-    np.testing.assert_array_equal(out, g.astype(np.float64).sum(0).astype(np.float32))
+    # (curiosity's [16, 129] partials).
+    assert_exact_small_integer_sums(m, n)
 
 
 @pytest.mark.parametrize("m, n", [(264, 4096), (7, 1028), (33, 2052)])

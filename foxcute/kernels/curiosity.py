@@ -99,9 +99,9 @@ def rna_tf32_bits(bits: Int32) -> Int32:
 @cute.jit
 def split_tf32(x: Float32) -> tuple:
     """x = hi + lo for 3xTF32, as MMA operand bits: hi = x rounded to nearest TF32, lo = x - hi
-    (exact) rounded to nearest TF32, i.e. bit for bit gemm.load_tf32_split's cvt.rna results
-    (for finite x), so z's products, accumulated in the same order, are the gemm "3xtf32"
-    mode's. lo is rounded rather than left to the MMA, which would truncate it: an error twice
+    (exact) rounded to nearest TF32, i.e. bit for bit hi = cvt.rna(x), lo = cvt.rna(x - hi)
+    (for finite x), the split of the kernel before this one, whose z products in the same
+    order these are. lo is rounded rather than left to the MMA, which would truncate it: an error twice
     as large, small next to the float32 accumulation's (a NumPy emulation at the defaults gives
     the same rms error of z either way), but z decides the relu mask, and keeping it bit-equal
     to the previous kernel's keeps every mask decision it made. Four instructions
@@ -231,11 +231,13 @@ class RowPass:
         # z decides the relu mask of the backward pass; the float64 reference's mask differs
         # wherever z is computed less exactly than |z|, and each flip moves dz (and ds, dW1)
         # by a whole dh element. TF32 z flips ~1e-4 of the mask: ds rel. err ~9e-3, over the
-        # 2e-3 budget; 3xTF32 z (~float32 exact) leaves ~1 flip in 1e6 (rel. err <~1e-3).
-        # In fp32 mode even one flip (~1.4e-3) breaks the 1e-5 budget, so z is summed in
-        # float64 there (products of float32 values are exact in float64).
-        self.mode_z = "3xtf32" if precision == "tf32" else "ffma64"
-        self.z_dtype = Float64 if self.mode_z == "ffma64" else Float32
+        # 2e-3 budget; so in TF32 mode z is 3xTF32 (matrix_tile_mma with split: ~float32
+        # products), which still flips ~1 entry in 1e6, and one flip can cost more than the
+        # budget at the defaults (the README's known exception). In fp32 mode even one flip
+        # (~1.4e-3) breaks the 1e-5 budget, so z is summed in float64 there (tile_mma's
+        # "ffma64": products of float32 values are exact in float64).
+        self.mode_z = "ffma64" if precision == "fp32" else self.mode  # tile_mma's, fp32 only
+        self.z_dtype = Float64 if precision == "fp32" else Float32
         self.action_dtype = action_dtype
         self.precision = precision
         self.bm = row_block(f, h)

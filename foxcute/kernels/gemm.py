@@ -117,22 +117,12 @@ def load_bits(dst: cute.Tensor, src: cute.Tensor):
 
 
 @cute.jit
-def load_tf32_split(hi: cute.Tensor, lo: cute.Tensor, src: cute.Tensor):
-    """x = hi + lo with both parts TF32 (3xTF32): hi*hi + hi*lo + lo*hi carries ~21 bits."""
-    for i in cutlass.range_constexpr(cute.size(hi)):
-        x = src[i]
-        hi_bits = cute.arch.cvt_f32_tf32(x)
-        hi[i] = Int32(hi_bits)
-        lo[i] = Int32(cute.arch.cvt_f32_tf32(x - Float32(llvm.bitcast(Float32.mlir_type, hi_bits))))
-
-
-@cute.jit
 def tile_mma(tiled_mma: cute.TiledMma, tid: Int32, sA: cute.Tensor, sB: cute.Tensor,
              acc: cute.Tensor, mode: cutlass.Constexpr, a_relu: cutlass.Constexpr = False):
     """acc += f(sA) @ sB^T for sA [bm, CHUNK], sB [bn, CHUNK] (any layouts) in the MMA's
     accumulator layout, f = relu if a_relu else identity. mode: "tf32" one
-    TF32 MMA; "3xtf32" three (operands split hi + lo, near-float32 products, no a_relu);
-    "ffma" / "ffma64" the same accumulator elements by FFMA / float64 FMA (acc Float64)."""
+    TF32 MMA; "ffma" / "ffma64" the same accumulator elements by FFMA / float64 FMA (acc
+    Float64)."""
     thr = tiled_mma.get_slice(tid)
     if cutlass.const_expr(mode == "tf32"):
         tCsA = thr.partition_A(sA)
@@ -142,19 +132,6 @@ def tile_mma(tiled_mma: cute.TiledMma, tid: Int32, sA: cute.Tensor, sB: cute.Ten
         for k in cutlass.range_constexpr(cute.size(tCsA, mode=[2])):
             load_tf32(rA, tCsA[None, None, k], a_relu)
             load_tf32(rB, tCsB[None, None, k])
-            cute.gemm(tiled_mma, acc, rA, rB, acc)
-    elif cutlass.const_expr(mode == "3xtf32"):
-        tCsA = thr.partition_A(sA)
-        tCsB = thr.partition_B(sB)
-        rA = tiled_mma.make_fragment_A(tCsA[None, None, 0])
-        rA_lo = tiled_mma.make_fragment_A(tCsA[None, None, 0])
-        rB = tiled_mma.make_fragment_B(tCsB[None, None, 0])
-        rB_lo = tiled_mma.make_fragment_B(tCsB[None, None, 0])
-        for k in cutlass.range_constexpr(cute.size(tCsA, mode=[2])):
-            load_tf32_split(rA, rA_lo, tCsA[None, None, k])
-            load_tf32_split(rB, rB_lo, tCsB[None, None, k])
-            cute.gemm(tiled_mma, acc, rA_lo, rB, acc)  # small terms first
-            cute.gemm(tiled_mma, acc, rA, rB_lo, acc)
             cute.gemm(tiled_mma, acc, rA, rB, acc)
     else:
         # Accumulator element ((v0, v1), mi, ni) is C[row(v1, mi), col(v0, ni)].

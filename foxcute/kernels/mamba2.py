@@ -56,7 +56,6 @@ import cuda.bindings.driver as cuda  # noqa: E402  (after _cute: it sets the tar
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32, const_expr  # noqa: E402
-from cutlass._mlir.dialects import llvm  # noqa: E402
 from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
@@ -153,23 +152,15 @@ def _k_order_view(s: cute.Tensor) -> cute.Tensor:
         (rows, ((2, 4), width // 8)), stride=(row_stride, ((4, 1), 8))))
 
 
-def _fragment_bits(x: Float32, rounded: bool) -> Int32:
-    """x as the MMA's TF32 operand register: its bits where it was rounded to TF32 when
-    staged, else rounded to nearest here (cvt.rna: truncating would bias every product)."""
-    if const_expr(rounded):
-        return Int32(llvm.bitcast(Int32.mlir_type, x.ir_value()))
-    return Int32(cute.arch.cvt_f32_tf32(x))
-
-
 def _load_b_pairs(dst: cute.Tensor, src: cute.Tensor, rounded: bool) -> None:
     """dst <- src, one K step of a B partition whose b0, b1 are adjacent in shared memory:
-    one 64-bit load per N repeat ni (flat fragment index kh + 2 ni)."""
+    one 64-bit load per N repeat ni, then its two registers as the MMA takes them (bits as
+    they are where rounded when staged, else rounded here: gemm.load_bits / load_tf32)."""
     pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
     for ni in range(cute.size(src, mode=[1])):
         assert src[None, ni].layout.stride == (1,), "b_pairs: b0, b1 must be adjacent"
         pair.store(src[None, ni].load())
-        for kh in range(2):
-            dst[kh + 2 * ni] = _fragment_bits(pair[kh], rounded)
+        (load_bits if rounded else load_tf32)(dst[None, ni], pair)
 
 
 def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor,
