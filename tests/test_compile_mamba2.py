@@ -13,6 +13,7 @@ from foxcute._arrays import Checker  # noqa: E402
 from foxcute.kernels import _cute, mamba2  # noqa: E402
 
 TF32_MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+TF32_WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32"
 LOAD_128 = r"ld\.global(\.nc)?\.v4\.(b32|f32)"
 STORE_128 = r"st\.global\.v4\.(b32|f32)"
 FUSED = [f"fused_{d}_{p}" for d in ("forward", "backward") for p in mamba2.PRECISIONS]
@@ -31,13 +32,18 @@ def test_every_kernel_compiled_for_hopper(ptx):
 
 
 def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
+    # the TF32 forward's only product, a|u, is a warpgroup MMA (wgmma): no mma.sync left there
+    D = mamba2.DEFAULTS["D"]
     for name in FUSED:
         if name.endswith("tf32"):
-            assert TF32_MMA in ptx[name], name
+            mma = TF32_WGMMA.format(n=2 * D) if name == "fused_forward_tf32" else TF32_MMA
+            assert mma in ptx[name], name
             assert "cvt.rna.tf32.f32" in ptx[name], name  # round to nearest, not truncate
         else:
-            assert "mma.sync" not in ptx[name], name
+            assert "mma.sync" not in ptx[name] and "wgmma" not in ptx[name], name
             assert re.search(r"\bfma\.rn\.f32", ptx[name]), name
+    assert "mma.sync" not in ptx["fused_forward_tf32"]
+    assert "wgmma" not in ptx["fused_backward_tf32"]  # out of scope so far: mma.sync as before
 
 
 def _shared_loads(text):
@@ -84,13 +90,45 @@ def _mmas_fed_by_cvt(text):
 
 
 def test_tf32_operands_are_rounded_once_where_staged(ptx):
-    # The forward stages h_hist and W_A|W_B through registers, rounding them there; the
-    # backward rounds its cp.async h_hist chunk in place once it has landed (it converted at
-    # every fragment load of a|u and dW before: two instructions per element and product),
+    # The backward rounds its cp.async h_hist chunk in place once it has landed (it converted
+    # at every fragment load of a|u and dW before: two instructions per element and product),
     # and [da|du] where the reverse scan writes it: no MMA converts at the fragment load.
-    for name in ("fused_forward_tf32", "fused_backward_tf32"):
-        fed_by_cvt = _mmas_fed_by_cvt(ptx[name])
-        assert fed_by_cvt and not any(fed_by_cvt), name
+    # (The forward's wgmma has no register operands: test_tf32_forward_au_is_one_wgmma_group_per_chunk.)
+    fed_by_cvt = _mmas_fed_by_cvt(ptx["fused_backward_tf32"])
+    assert fed_by_cvt and not any(fed_by_cvt)
+
+
+def test_tf32_forward_au_is_one_wgmma_group_per_chunk(ptx):
+    # a|u = h_hist @ [W_A|W_B] on TF32 wgmma, both operands read by the tensor cores from
+    # shared memory through descriptors: one m64n(2D)k8 per 8-wide K step of a 64-wide chunk
+    # (in the not-unrolled chunk loop), 64 x 2D / 128 accumulator registers a thread, and no
+    # fragment loads: none of the mma.sync version's ld.shared.v2 (h_hist pairs) and, of the
+    # chunk loop's shared loads, only the c product's (an h word and a W_C float4, 8 times).
+    D = mamba2.DEFAULTS["D"]
+    text = ptx["fused_forward_tf32"]
+    calls = re.findall(re.escape(TF32_WGMMA.format(n=2 * D)) + r" \{([^}]*)\}, (%rd\d+), (%rd\d+),", text)
+    assert len(calls) == mamba2.CHUNK // 8
+    assert all(len(acc.split(",")) == 64 * 2 * D // 128 for acc, _, _ in calls)
+    assert "ld.shared.v2" not in text
+    # the chunk loop: the thread's 4 float4 of the h_hist chunk stored rounded (cvt.rna in
+    # place), 128 bits at a time, then its h float4 (c's operand: FFMA, not rounded); then, in
+    # order, the fence for the async proxy, the barrier, the wgmma group, c's loads while it
+    # runs, the wait for it, the barrier (after which sA is overwritten)
+    fence = text.index("fence.proxy.async.shared::cta")
+    staged = text[:fence]
+    assert staged.rfind("st.shared.") == staged.rfind("st.shared.v4.b32")
+    converted = set(re.findall(r"cvt\.rna\.tf32\.f32\s+(%r\d+),", staged))
+    stores = re.findall(r"st\.shared\.v4\.b32\s+\[[^\]]+\],\s*\{([^}]*)\}", staged)[-5:]
+    rounded = [all(r.strip() in converted for r in regs.split(",")) for regs in stores]
+    assert rounded == [True] * 4 + [False], rounded
+    order = ["bar.sync", "wgmma.fence.sync.aligned", "wgmma.mma_async", "wgmma.commit_group.sync.aligned",
+             "ld.shared", "wgmma.wait_group.sync.aligned \t0", "bar.sync"]
+    at = fence
+    for step in order:
+        at = text.index(step, at)
+    body = text[text.index("wgmma.commit_group", fence):text.index("wgmma.wait_group", fence)]
+    loads = re.findall(r"ld\.shared\.(\S+)", body)
+    assert sorted(set(loads)) == ["b32", "v4.b32"] and loads.count("b32") == loads.count("v4.b32") == 8, loads
 
 
 def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
@@ -99,11 +137,11 @@ def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
     # tile (a register tensor "like" a K-major partition once fed a0, a2, a2, a1 instead).
     # a|u is computed as a|u^T = W^T h_hist^T with k = t, t+4 read at rows 2t, 2t+1 of W (so
     # that h_hist, now B, loads its pairs 64 bits at a time): a2 is one W row after a0.
+    # (The forward's a|u is a wgmma now, with no A fragment: only the backward is checked.)
     K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
     rows8 = lambda pitch: 8 * pitch * 4  # noqa: E731  (bytes)
     w_row = 4 * (2 * D + 4)  # bytes: the W tile's TF32 row pitch
     expected = {
-        "fused_forward_tf32": {(32, w_row)},  # a|u^T: W^T, M-major, K pairs on adjacent rows
         "fused_backward_tf32": {
             (32, w_row),  # a|u^T: W^T as in the forward
             (rows8(2 * D + 4), 16),  # dh_hist: [da|du], K-major
@@ -137,14 +175,11 @@ def _mma_b_operand_loads(text):
 
 def test_tf32_b_fragments_load_in_64_bit_pairs(ptx):
     # b0, b1 (k = t, t+4) sit side by side (k relabeled so that t, t+4 are 2t, 2t+1) and are
-    # one ld.shared.v2, first register b0: every MMA of the forward (a|u^T, B = h_hist) and
-    # of the backward's a|u^T and dh_hist (B = W); dW's B ([da|du]^T, K = rows) is K-strided
-    # and stays scalar, 4 rows apart. Loads: the forward 8 K steps x 2 N repeats per chunk,
-    # the backward the same for a|u plus 4 K steps x 4 N repeats for dh_hist.
+    # one ld.shared.v2, first register b0: every MMA of the backward's a|u^T and dh_hist
+    # (B = W); dW's B ([da|du]^T, K = rows) is K-strided and stays scalar, 4 rows apart.
+    # Loads: 8 K steps x 2 N repeats per chunk for a|u plus 4 K steps x 4 N repeats for
+    # dh_hist. (The forward's a|u, which loaded its h_hist pairs this way, is a wgmma now.)
     D = mamba2.DEFAULTS["D"]
-    forward = _mma_b_operand_loads(ptx["fused_forward_tf32"])
-    assert forward and all(b is not None and b[0] == "v2" for b in forward), forward
-    assert ptx["fused_forward_tf32"].count("ld.shared.v2.b32") == 16
     backward = _mma_b_operand_loads(ptx["fused_backward_tf32"])
     assert None not in backward, backward
     assert sum(b[0] == "v2" for b in backward) == 32

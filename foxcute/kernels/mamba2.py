@@ -9,8 +9,10 @@ Two implementations, picked by `impl`:
          Forward: walks SH2 in CHUNK = 64 column steps; 128-bit loads of the next chunk go
          to registers while the tensor cores multiply the current one (during a tile's last
          chunk, the next tile's first: in flight through the scan) (a|u = h_hist @
-         [W_A|W_B]); W_A|W_B and W_C sit in shared memory for the CTA's life where two CTAs
-         per SM still fit (the defaults). c = h @ W_C is FFMA, 4 states of a sample per
+         [W_A|W_B]: TF32 as one warpgroup's wgmma, M = TILE_ROWS, N = 2D, both operands
+         read by the tensor cores straight from 128B-swizzled shared memory); W_A|W_B and
+         W_C sit in shared memory for the CTA's life where two CTAs per SM still fit (the
+         defaults). c = h @ W_C is FFMA, 4 states of a sample per
          thread (_StateProduct), put in shared memory for the scan: one thread per (sample,
          state) pair runs that pair's scan from the a|u tile in shared memory; ctx is a
          shuffle over the sample's D lanes; out = h + ctx * w.
@@ -32,12 +34,14 @@ Two implementations, picked by `impl`:
          the batch, partials summed by `column_sum`), dh_hist = [da|du] [W_A|W_B]^T and
          dh = dout + dc W_C^T.
 
-Matrix products run on TF32 tensor cores (warp-level mma.sync m16n8k8, operands rounded
-with cvt.rna once when staged into shared memory: through registers, or in place once the
-backward's cp.async h_hist chunk has landed; B fragments loaded 64 bits at a time, see
-_mma_smem) for precision="tf32", or as exact float32 FFMA for precision="fp32"; both go
-through the same CuTe tiled-MMA partitioning, so the tile code is shared. The scans, c,
-dctx and every reduction are float32 FFMA in both modes.
+Matrix products run on TF32 tensor cores for precision="tf32": the forward's a|u on Hopper's
+warpgroup MMA (wgmma, foxcute.kernels._wgmma: no fragment loads, the operands' descriptors
+point into shared memory), every other product on warp-level mma.sync m16n8k8 (fragments
+loaded from shared memory, B 64 bits at a time, see _mma_smem); operands rounded with
+cvt.rna once when staged into shared memory (through registers, or in place once the
+backward's cp.async h_hist chunk has landed). precision="fp32" runs every product as exact
+float32 FFMA through the same CuTe tiled-MMA partitioning as mma.sync, so that tile code is
+shared. The scans, c, dctx and every reduction are float32 FFMA in both modes.
 """
 
 from __future__ import annotations
@@ -52,8 +56,10 @@ import cuda.bindings.driver as cuda  # noqa: E402  (after _cute: it sets the tar
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32, const_expr  # noqa: E402
+from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
+from . import _wgmma  # noqa: E402
 from .gemm import load_bits, load_tf32, round_tf32  # noqa: E402
 
 IMPLS = ("fused", "seed")
@@ -385,11 +391,14 @@ class _TileCopies:
 
     @cute.jit
     def store_rows_transposed(self, regs: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
-                              width: cutlass.Constexpr[int]):
-        """dst[c, r] <- element (r, c) of the tile fetch_rows put in regs (scalar stores)."""
+                              width: cutlass.Constexpr[int], tf32: cutlass.Constexpr[bool] = False):
+        """dst[c, r] <- element (r, c) of the tile fetch_rows put in regs (scalar stores),
+        rounded to TF32 if `tf32` (a tile only the tensor cores read)."""
         for i, idx, r, q in self.thread_vectors(rows, width):
             if idx < rows * (width // 4):
                 for e in cutlass.range_constexpr(4):
+                    if const_expr(tf32):
+                        regs[e, i] = round_tf32(regs[e, i])
                     dst[q * 4 + e, r] = regs[e, i]
 
     @cute.jit
@@ -426,7 +435,13 @@ class FusedForward(_TileCopies):
 
     Persistent: each CTA walks tiles cta, cta + num_ctas, ... Where two CTAs' shared memory
     allows (the defaults), W_A|W_B and W_C are loaded into shared memory once per CTA instead
-    of once per tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads)."""
+    of once per tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads).
+
+    TF32 a|u: the last warpgroup issues 8 m64n(2D)k8 wgmmas per chunk (A = the h_hist chunk,
+    B = [W_A|W_B]^T, both K-major and 128B-swizzled, rounded as they are stored): the
+    mma.sync version's fragment loads, 48 ld.shared per thread and chunk at the defaults and
+    2/3 of the kernel's shared-memory instructions, were what bound it (ncu: the L1/shared
+    pipe the busiest unit, short-scoreboard waits the largest stall)."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -434,14 +449,20 @@ class FusedForward(_TileCopies):
         self.samples = TILE_ROWS // K  # Bt: whole samples per tile
         self.pairs = _slots(self.samples * D)  # (sample, state) pairs per thread
         self.c_product = _StateProduct(self.samples, D)
-        self.a_pitch = _pair_pitch(CHUNK, self.tf32)
-        self.w_pitch = _w_pitch(D, self.tf32)
-        tiles = 4 * (TILE_ROWS * self.a_pitch + self.samples * (CHUNK + 4 + D) + TILE_ROWS * (2 * D + 4))
-        resident = 4 * SH2 * (self.w_pitch + D)
+        small = 4 * (self.samples * (CHUNK + 4 + D) + TILE_ROWS * (2 * D + 4))  # sH, sC, sAU
+        if self.tf32:
+            # wgmma operands, K-major and 128B-swizzled: the h_hist chunk, [W_A|W_B]^T
+            tiles = _wgmma.sw128_bytes(TILE_ROWS, CHUNK) + small
+            resident = _wgmma.sw128_bytes(2 * D, SH2) + 4 * SH2 * D
+        else:
+            self.a_pitch = _pair_pitch(CHUNK, False)
+            self.w_pitch = _w_pitch(D, False)
+            tiles = 4 * TILE_ROWS * self.a_pitch + small
+            resident = 4 * SH2 * (self.w_pitch + D)
         self.resident_weights = 2 * (tiles + resident + 256) <= SMEM_PER_SM
 
     def ctas_per_sm(self) -> int:
-        """Persistent CTAs per SM the grid is sized for (80-ish registers, < 113 KB at the defaults)."""
+        """Persistent CTAs per SM the grid is sized for (<= 128 registers, < 113 KB at the defaults)."""
         return 2
 
     @cute.jit
@@ -456,8 +477,14 @@ class FusedForward(_TileCopies):
         mWC = cute.make_tensor(p_wc, cute.make_layout((SH2, D), stride=(D, 1)))
         mw = cute.make_tensor(p_w, cute.make_layout((1, SH2), stride=(SH2, 1)))
         mOut = cute.make_tensor(p_out, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        # TF32: ptxas took ~125 registers at the defaults (225 at D = 32) unless told the
+        # grid's 2 CTAs per SM (then <= 128; with the carveout, as the backward: the DSL asks
+        # the device for it otherwise). fp32 is launched as before.
+        bounds = {}
+        if const_expr(self.tf32):
+            bounds = dict(min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
         self.kernel(mHist, mH, mWA, mWB, mWC, mw, mOut, sigma, batch, num_ctas).launch(
-            grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream)
+            grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, **bounds)
 
     @cute.jit
     def fetch_chunk(self, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor, mWB: cute.Tensor,
@@ -480,14 +507,21 @@ class FusedForward(_TileCopies):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
-        # row pitches: conflict-free MMA reads of the h_hist chunk (K-contiguous) and of W (K = rows)
-        sA = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, CHUNK), stride=(self.a_pitch, 1)), 16)
+        w_rows = SH2 if self.resident_weights else CHUNK
+        if const_expr(self.tf32):
+            # the wgmma operands (see _wgmma), K-major: the h_hist chunk, and [W_A|W_B]^T as
+            # (2D, CHUNK, chunks held) so that chunk kc is [None, None, kc]
+            sA = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK))
+            sWt = _wgmma.allocate_sw128(smem, (2 * D, CHUNK, w_rows // CHUNK))
+        else:
+            # row pitches: conflict-free MMA reads of the h_hist chunk (K-contiguous) and of W (K = rows)
+            sA = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, CHUNK), stride=(self.a_pitch, 1)), 16)
         sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
-        w_rows = SH2 if self.resident_weights else CHUNK
-        sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(self.w_pitch, 1)), 16)
+        if const_expr(not self.tf32):
+            sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(self.w_pitch, 1)), 16)
         sWC = smem.allocate_tensor(Float32, cute.make_layout((w_rows, D), stride=(D, 1)), 16)
 
         rHist = cute.make_rmem_tensor(cute.make_layout((4, _slots(TILE_ROWS * CHUNK // 4))), Float32)
@@ -495,18 +529,27 @@ class FusedForward(_TileCopies):
         rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
         rWC = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * D // 4))), Float32)
 
-        tiled = _au_tiled_mma(self.tf32, D)
-        thr = tiled.get_slice(tid)
         c_acc = self.c_product.accumulators()
-        sAUc = sAU  # a|u as _au_product's accumulator tile
         if const_expr(self.tf32):
-            sAUc = cute.make_tensor(sAU.iterator, cute.make_layout((2 * D, TILE_ROWS), stride=(1, 2 * D + 4)))
+            # a|u = one 64 x 2D wgmma tile (M = TILE_ROWS), issued by the last warpgroup: the
+            # c product's tasks fill the low threads first, so its warps have the least else to do
+            tiled = _wgmma.tiled_mma_tf32(2 * D)
+            mma_group = tid // _wgmma.WARPGROUP == THREADS // _wgmma.WARPGROUP - 1
+            thr = tiled.get_slice(tid % _wgmma.WARPGROUP)
+            tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, CHUNK / 8) descriptors
+            tCrB = tiled.make_fragment_B(thr.partition_B(sWt))  # (MMA, 1, CHUNK / 8, chunks held)
+        else:
+            tiled = _au_tiled_mma(False, D)
+            thr = tiled.get_slice(tid)
 
         if const_expr(self.resident_weights):
             for kc in cutlass.range_constexpr(n_chunks):
                 self.fetch_weights_ab(mWA, mWB, kc * CHUNK, rW, D)
                 self.fetch_rows(mWC, kc * CHUNK, CHUNK, 0, rWC, CHUNK, D)
-                self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D, self.tf32)
+                if const_expr(self.tf32):
+                    self.store_rows_transposed(rW, sWt[None, None, kc], CHUNK, 2 * D, True)
+                else:
+                    self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D)
                 self.store_rows(rWC, cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
 
         # The first tile's first chunk; each later tile's is fetched during the previous
@@ -520,31 +563,54 @@ class FusedForward(_TileCopies):
             n_samples = cutlass.min(batch - b0, Bt)
             next_b0 = b0 + num_ctas * Bt
             next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
-            acc = tiled.make_fragment_C(tiled.partition_shape_C(_au_shape(self.tf32, D)))
+            acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))  # a|u
             acc.fill(0.0)
             c_acc.fill(0.0)
             for kc in cutlass.range(n_chunks, unroll=1):
                 self.store_rows(rHist, sA, TILE_ROWS, CHUNK, self.tf32)
                 self.store_rows(rH, sH, Bt, CHUNK)
                 if const_expr(not self.resident_weights):
-                    self.store_rows(rW, sW, CHUNK, 2 * D, self.tf32)
+                    if const_expr(self.tf32):
+                        self.store_rows_transposed(rW, sWt[None, None, 0], CHUNK, 2 * D, True)
+                    else:
+                        self.store_rows(rW, sW, CHUNK, 2 * D)
                     self.store_rows(rWC, sWC, CHUNK, D)
+                if const_expr(self.tf32):
+                    _wgmma.publish()  # the stores above -> the tensor cores' (async proxy) reads
                 cute.arch.barrier()
+                w_chunk = kc if const_expr(self.resident_weights) else 0
+                if const_expr(self.tf32):
+                    # the chunk's a|u as one wgmma group, issued first: the tensor cores read
+                    # sA and sWt while the next chunk's loads are issued and c accumulates;
+                    # waited for before the closing barrier, after which sA is overwritten
+                    if mma_group:
+                        warpgroup.fence()
+                        for k in cutlass.range_constexpr(CHUNK // _wgmma.MMA_K):
+                            cute.gemm(tiled, acc, tCrA[None, None, k], tCrB[None, None, k, w_chunk], acc)
+                        warpgroup.commit_group()
                 if kc + 1 < n_chunks:  # next chunk's loads fly while this one is multiplied
                     self.fetch_chunk(mHist, mH, mWA, mWB, mWC, b0, n_samples, (kc + 1) * CHUNK,
                                      rHist, rH, rW, rWC)
                 elif next_samples > 0:
                     self.fetch_chunk(mHist, mH, mWA, mWB, mWC, next_b0, next_samples, 0, rHist, rH, rW, rWC)
-                w_chunk = kc if const_expr(self.resident_weights) else 0
-                sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
-                sWt = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch)))
-                _au_product(tiled, thr, acc, sA, sWt, self.tf32)
+                if const_expr(not self.tf32):
+                    sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
+                    sWtk = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch)))
+                    _au_product(tiled, thr, acc, sA, sWtk, False)
                 self.c_product.accumulate(c_acc, sH, sWCk, tid)
+                if const_expr(self.tf32):
+                    # every warp (a no-op where nothing is in flight): under `if mma_group`
+                    # ptxas could not see the accumulators settled and injected a wait of its own
+                    warpgroup.wait_group(0)
                 cute.arch.barrier()
 
             self.c_product.store(c_acc, sC, tid)
-            _store_accumulators(thr, acc, sAUc)
+            if const_expr(self.tf32):
+                if mma_group:
+                    _store_accumulators(thr, acc, sAU)
+            else:
+                _store_accumulators(thr, acc, sAU)
             cute.arch.barrier()
 
             for p in cutlass.range_constexpr(self.pairs):

@@ -1,0 +1,91 @@
+"""Hopper TF32 warpgroup MMA (wgmma) with both operands in shared memory: what the CuTe DSL
+4.8.1 lacks, shared by the kernels that use it (foxcute.kernels.mamba2's fused forward and
+the probe foxcute.kernels.wgmma_probe, where the API was first checked on the H200).
+
+- `cute.nvgpu.warpgroup` offers MmaF16BF16Op, MmaF8Op and MmaI8Op only. The MLIR atom under
+  them (cute_nvgpu.MmaAtomSM90Type) takes TF32 operand types too and lowers them to
+  `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32`, so `MmaTF32Op` is the F16/BF16 op
+  with the types and the instruction K changed: A and B TFloat32, a Float32 accumulator,
+  K = 8 per instruction, both operands K-major (the only majorness PTX allows for tf32
+  wgmma) and read from shared memory through descriptors (SS).
+- TF32 operands are float32 bit patterns of which the tensor core reads the top 19 bits: an
+  unrounded value is truncated, so every element is rounded to nearest (cvt.rna) once, where
+  it is staged in shared memory.
+- Shared-memory layout (`k_major_sw128`): the K-major 128-byte-swizzle atom (8 rows of 32
+  floats, the 16-byte chunks of row r XOR-permuted by r mod 8) tiled over [rows, cols], atoms
+  down the rows first; it must start on a 1024-byte boundary. The swizzle moves whole 16-byte
+  chunks, so 4 consecutive floats of a row stay contiguous: 128-bit stores still work.
+- Ordering: shared-memory stores are generic-proxy writes and wgmma reads through the async
+  proxy: every writing thread fences (fence.proxy.async.shared::cta, `publish`) before the
+  barrier that precedes the MMAs; warpgroup.fence() before the first wgmma that touches the
+  accumulator registers; commit_group / wait_group around the group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import _cute  # noqa: F401  (sets the target arch before cutlass is imported)
+
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Boolean, Float32, TFloat32  # noqa: E402
+from cutlass._mlir.dialects import cute_nvgpu as _cute_nvgpu_ir  # noqa: E402
+from cutlass.cute.atom import make_atom  # noqa: E402
+from cutlass.cute.core import _pack_shape  # noqa: E402
+from cutlass.cute.nvgpu import OperandMajorMode, warpgroup  # noqa: E402
+from cutlass.cute.nvgpu.warpgroup.mma import MmaOp, MmaTraits  # noqa: E402
+
+WARPGROUP = 128  # threads that issue one wgmma together
+MMA_M = 64  # rows of one wgmma instruction
+MMA_K = 8  # K of one tf32 wgmma instruction
+ATOM_BYTES = 1024  # one swizzle atom: its alignment in shared memory
+
+
+@dataclass(frozen=True)
+class MmaTF32Op(MmaOp):
+    """wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B K-major in shared memory."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(TFloat32, TFloat32, Float32, (MMA_M, n, MMA_K), warpgroup.OperandSource.SMEM,
+                         OperandMajorMode.K, OperandMajorMode.K)
+
+    def _make_trait(self, *, loc: Any = None, ip: Any = None, **kwargs: Any) -> MmaTraits:
+        shape_mnk = _pack_shape(self.shape_mnk, loc=loc, ip=ip)
+        ty = _cute_nvgpu_ir.MmaAtomSM90Type.get(
+            shape_mnk.type.attribute, self.a_major_mode._to_ir(), self.b_major_mode._to_ir(),
+            self.a_dtype.mlir_type, self.b_dtype.mlir_type, self.acc_dtype.mlir_type, self.a_src._to_ir())
+        # The one runtime field, "accumulate" (scale-d), starts False as in MmaF16BF16Op.
+        return MmaTraits(make_atom(ty, [Boolean(False).ir_value(loc=loc, ip=ip)], loc=loc, ip=ip))
+
+
+def tiled_mma_tf32(n: int) -> cute.TiledMma:
+    """One warpgroup's m64nNk8 TF32 MMA, accumulating (the caller zeroes the accumulators)."""
+    tiled = cute.make_tiled_mma(cute.make_mma_atom(MmaTF32Op(n)), (1, 1, 1))
+    tiled.set(warpgroup.Field.ACCUMULATE, True)
+    return tiled
+
+
+def k_major_sw128(shape: tuple) -> cute.ComposedLayout:
+    """The K-major 128B-swizzled float32 layout of `shape` = (rows, cols[, stages]), rows a
+    multiple of 8 and cols of 32: atoms down the rows, then along K, then the stages."""
+    atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, Float32)
+    return cute.tile_to_shape(atom, shape, order=tuple(range(len(shape))))
+
+
+def allocate_sw128(smem: Any, shape: tuple) -> cute.Tensor:
+    """A shared-memory tensor of k_major_sw128(shape), on an atom boundary (the swizzle lives
+    in the pointer, as wgmma's descriptors expect)."""
+    layout = k_major_sw128(shape)
+    return smem.allocate_tensor(Float32, layout.outer, ATOM_BYTES, layout.inner)
+
+
+def sw128_bytes(rows: int, cols: int) -> int:
+    """Shared memory that allocate_sw128((rows, cols)) takes, alignment slack included."""
+    return 4 * rows * cols + ATOM_BYTES
+
+
+def publish() -> None:
+    """Make this thread's shared-memory stores visible to wgmma (the async proxy); a barrier
+    must follow before any warp's wgmma reads them."""
+    cute.arch.fence_view_async_shared()
