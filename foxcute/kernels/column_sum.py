@@ -36,11 +36,15 @@ MAX_VECS_PER_THREAD = 2  # with Kahan compensation, 4 floats of state per float4
 # (71 us against 100 us for 4 x 2), and no worse at N = 3.
 CTAS_PER_SM = 4
 LOADS_IN_FLIGHT = 8  # float4 loads per thread per step
+# Rows cut into column slices are short (per-CTA partials: a few hundred rows), so the last
+# CTA's sum over the CTAs' rows is a good part of the time: fewer, deeper CTAs balance the two
+# phases. Swept on the H200 (4..32) at the Mamba2 backward's [264, 12548] partials: 12 best.
+LOADS_IN_FLIGHT_SLICED = 12
 MAX_ELEMENTS = 2**31 - 1  # CuTe layouts index with 32-bit integers
 
 
 class ColumnSum:
-    def __init__(self, n: int, loads_in_flight: int = LOADS_IN_FLIGHT):
+    def __init__(self, n: int, loads_in_flight: int | None = None):
         self.n = n
         self.pack = 1 if n % 4 == 0 else (2 if n % 2 == 0 else 4)
         self.width = self.pack * n  # floats per packed row
@@ -59,6 +63,8 @@ class ColumnSum:
         # one ticket per column slice of 256 float4: 4 at N = 4096 (the public limit); the
         # kernels' own per-CTA weight-gradient partials (N a multiple of 4) take more
         assert self.slices <= _cute.TICKETS_PER_LAUNCH, f"{n} columns need {self.slices} tickets"
+        if loads_in_flight is None:
+            loads_in_flight = LOADS_IN_FLIGHT_SLICED if self.slices > 1 else LOADS_IN_FLIGHT
         self.unroll = max(1, loads_in_flight // self.vecs_per_thread)  # packed rows per step
         # Pairwise fold of the thread rows: halves 2^k < rows, ..., 2, 1.
         self.fold_halves = [1 << k for k in reversed(range((self.rows - 1).bit_length()))]
