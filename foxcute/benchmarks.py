@@ -358,13 +358,15 @@ _VEC128_LOAD = r"ld\.global(?:\.[a-z]+)*\.(?:v4\.[bfsu]32|v2\.[bfsu]64)"
 
 def ptx_facts(compiled: Any) -> dict[str, Any]:
     """What the PTX and cubin of a kernel compiled with KeepPTX/KeepCUBIN say: 128-bit global
-    loads, tensor-core mma.sync, local-memory traffic (spills or stack arrays), registers."""
+    loads, TF32 tensor-core instructions (warp-level mma.sync, warpgroup wgmma), local-memory
+    traffic (spills or stack arrays), registers."""
     import re
 
     ptx = compiled.__ptx__ or ""
     return {
         "ld_global_128bit": len(re.findall(_VEC128_LOAD, ptx)),
         "mma_sync_tf32": len(re.findall(r"mma\.sync\.aligned\.[^\s;]*tf32", ptx)),
+        "wgmma_tf32": len(re.findall(r"wgmma\.mma_async\.[^\s;]*tf32", ptx)),
         "ld_st_local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
         "registers": cubin_registers(compiled.__cubin__) if compiled.__cubin__ else None,
     }

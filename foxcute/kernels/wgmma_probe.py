@@ -2,7 +2,8 @@
 
     C [M, N] = A [M, K] @ B [N, K]^T       float32 in and out, TF32 products, float32 sums
 
-A building block to learn the API on before redesigning Mamba2 around it; not a layer kernel.
+The test bed of kernels._wgmma (which the Mamba2 fused forward uses): a plain GEMM, checked
+against NumPy on its own; not a layer kernel.
 
 What the CuTe DSL 4.8.1 gives, and what this file adds.
 - `cute.nvgpu.warpgroup` offers MmaF16BF16Op, MmaF8Op and MmaI8Op only. The MLIR atom under
