@@ -32,18 +32,19 @@ def test_every_kernel_compiled_for_hopper(ptx):
 
 
 def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
-    # the TF32 forward's only product, a|u, is a warpgroup MMA (wgmma): no mma.sync left there
+    # a|u = h_hist @ [W_A|W_B] is a warpgroup MMA (wgmma) in both directions: the forward's
+    # only product, so no mma.sync left there; the backward's dh_hist and dW stay mma.sync
+    # (dW's A, h_hist^T, is MN-major: TF32 wgmma takes K-major operands only)
     D = mamba2.DEFAULTS["D"]
     for name in FUSED:
         if name.endswith("tf32"):
-            mma = TF32_WGMMA.format(n=2 * D) if name == "fused_forward_tf32" else TF32_MMA
-            assert mma in ptx[name], name
+            assert TF32_WGMMA.format(n=2 * D) in ptx[name], name
             assert "cvt.rna.tf32.f32" in ptx[name], name  # round to nearest, not truncate
         else:
             assert "mma.sync" not in ptx[name] and "wgmma" not in ptx[name], name
             assert re.search(r"\bfma\.rn\.f32", ptx[name]), name
     assert "mma.sync" not in ptx["fused_forward_tf32"]
-    assert "wgmma" not in ptx["fused_backward_tf32"]  # out of scope so far: mma.sync as before
+    assert TF32_MMA in ptx["fused_backward_tf32"]
 
 
 def _shared_loads(text):
@@ -90,12 +91,39 @@ def _mmas_fed_by_cvt(text):
 
 
 def test_tf32_operands_are_rounded_once_where_staged(ptx):
-    # The backward rounds its cp.async h_hist chunk in place once it has landed (it converted
-    # at every fragment load of a|u and dW before: two instructions per element and product),
-    # and [da|du] where the reverse scan writes it: no MMA converts at the fragment load.
-    # (The forward's wgmma has no register operands: test_tf32_forward_au_is_one_wgmma_group_per_chunk.)
+    # The backward rounds its cp.async h_hist chunk in place once it has landed (for a|u's
+    # wgmma, which would truncate, and dW: no cvt.rna at dW's fragment loads, two instructions
+    # per element), and [da|du] where the reverse scan writes it: no mma.sync converts at the
+    # fragment load. (wgmma has no register operands: test_tf32_*_au_is_one_wgmma_group_per_chunk.)
     fed_by_cvt = _mmas_fed_by_cvt(ptx["fused_backward_tf32"])
     assert fed_by_cvt and not any(fed_by_cvt)
+
+
+def _wgmma_calls(text):
+    D = mamba2.DEFAULTS["D"]
+    return re.findall(re.escape(TF32_WGMMA.format(n=2 * D)) + r" \{([^}]*)\}, (%rd\d+), (%rd\d+),", text)
+
+
+def test_tf32_backward_au_is_one_wgmma_group_per_chunk(ptx):
+    # the backward's a|u recompute as the forward's: one m64n(2D)k8 per 8-wide K step of a
+    # chunk, A = the h_hist chunk (the tile cp.async wrote into 128B-swizzled shared memory,
+    # rounded in place), B = [W_A|W_B]^T stored transposed and rounded. Every thread fences its
+    # stores for the async proxy before the barrier that precedes the group; the group is
+    # waited for before the chunk's closing barrier. dh_hist and dW stay mma.sync: 4 + 8 K
+    # steps x 4 + 2 N repeats per chunk.
+    D = mamba2.DEFAULTS["D"]
+    text = ptx["fused_backward_tf32"]
+    calls = _wgmma_calls(text)
+    assert len(calls) == mamba2.CHUNK // 8
+    assert all(len(acc.split(",")) == 64 * 2 * D // 128 for acc, _, _ in calls)
+    assert text.count(TF32_MMA) == 16 + 16
+    fence = text.index("fence.proxy.async.shared::cta")
+    assert text.count("fence.proxy.async.shared::cta") == 1
+    at = fence
+    for step in ["bar.sync", "wgmma.fence.sync.aligned", "wgmma.mma_async", "wgmma.commit_group.sync.aligned",
+                 "wgmma.wait_group.sync.aligned \t0", "bar.sync"]:
+        at = text.index(step, at)
+    assert text.index(TF32_MMA) > at  # phase 3's products come after phase 1's a|u
 
 
 def test_tf32_forward_au_is_one_wgmma_group_per_chunk(ptx):
@@ -106,7 +134,7 @@ def test_tf32_forward_au_is_one_wgmma_group_per_chunk(ptx):
     # chunk loop's shared loads, only the c product's (an h word and a W_C float4, 8 times).
     D = mamba2.DEFAULTS["D"]
     text = ptx["fused_forward_tf32"]
-    calls = re.findall(re.escape(TF32_WGMMA.format(n=2 * D)) + r" \{([^}]*)\}, (%rd\d+), (%rd\d+),", text)
+    calls = _wgmma_calls(text)
     assert len(calls) == mamba2.CHUNK // 8
     assert all(len(acc.split(",")) == 64 * 2 * D // 128 for acc, _, _ in calls)
     assert "ld.shared.v2" not in text
@@ -135,24 +163,22 @@ def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
     # m16n8k8 TF32 A registers: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4), g = lane/4,
     # t = lane%4. Each is its own element: 8 rows and 4 columns apart in the shared-memory
     # tile (a register tensor "like" a K-major partition once fed a0, a2, a2, a1 instead).
-    # a|u is computed as a|u^T = W^T h_hist^T with k = t, t+4 read at rows 2t, 2t+1 of W (so
-    # that h_hist, now B, loads its pairs 64 bits at a time): a2 is one W row after a0.
-    # (The forward's a|u is a wgmma now, with no A fragment: only the backward is checked.)
-    K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
-    rows8 = lambda pitch: 8 * pitch * 4  # noqa: E731  (bytes)
-    w_row = 4 * (2 * D + 4)  # bytes: the W tile's TF32 row pitch
-    expected = {
-        "fused_backward_tf32": {
-            (32, w_row),  # a|u^T: W^T as in the forward
-            (rows8(2 * D + 4), 16),  # dh_hist: [da|du], K-major
-            (32, 4 * (SH2 + 8) * 4),  # [dW_A|dW_B]: h_hist^T, M-major
-        },
-    }
-    for name, pairs in expected.items():
-        offsets = _mma_a_operand_offsets(ptx[name])
-        assert offsets and None not in offsets, name
-        seen = {(a1, a2) for a0, a1, a2, a3 in offsets if a0 == 0 and a3 == a1 + a2}
-        assert len(seen) == len(set(offsets)) and seen == pairs, (name, set(offsets))
+    # The backward's dh_hist reads [da|du] K-major at pitch 2D + 4. Its dW reads h_hist^T out
+    # of the 128B-swizzled tile, where the XOR makes the four elements' offsets thread
+    # dependent: four addresses a thread, computed once (ld.shared off four base registers);
+    # tests/test_gpu_mamba2.py is what shows those are the right elements.
+    D = mamba2.DEFAULTS["D"]
+    text = ptx["fused_backward_tf32"]
+    offsets = _mma_a_operand_offsets(text)
+    known = [o for o in offsets if o is not None]
+    assert len(known) == 16 and set(known) == {(0, 8 * (2 * D + 4) * 4, 16, 8 * (2 * D + 4) * 4 + 16)}, set(known)
+    _, loads, _ = _shared_loads(text)
+    flat = re.sub(r"\s+", " ", text)
+    dw = re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat)[16:]
+    assert len(dw) == 16 and offsets[16:] == [None] * 16
+    for operands in dw:  # each register its own scalar load, off its own base register
+        origins = [loads.get(r.strip()) for r in operands.split(",")]
+        assert None not in origins and len({o[0] for o in origins}) == 4, origins
 
 
 def _mma_b_operand_loads(text):
@@ -175,16 +201,16 @@ def _mma_b_operand_loads(text):
 
 def test_tf32_b_fragments_load_in_64_bit_pairs(ptx):
     # b0, b1 (k = t, t+4) sit side by side (k relabeled so that t, t+4 are 2t, 2t+1) and are
-    # one ld.shared.v2, first register b0: every MMA of the backward's a|u^T and dh_hist
-    # (B = W); dW's B ([da|du]^T, K = rows) is K-strided and stays scalar, 4 rows apart.
-    # Loads: 8 K steps x 2 N repeats per chunk for a|u plus 4 K steps x 4 N repeats for
-    # dh_hist. (The forward's a|u, which loaded its h_hist pairs this way, is a wgmma now.)
+    # one ld.shared.v2, first register b0: every MMA of the backward's dh_hist (B = W), 4 K
+    # steps x 4 N repeats per chunk. dW's B ([da|du]^T, K = rows) is K-strided and stays
+    # scalar; its K is relabeled the same way (so that its A, h_hist^T, reads the swizzled
+    # tile without bank conflicts): rows 2t, 2t+1, one row apart. (a|u is a wgmma now.)
     D = mamba2.DEFAULTS["D"]
     backward = _mma_b_operand_loads(ptx["fused_backward_tf32"])
     assert None not in backward, backward
-    assert sum(b[0] == "v2" for b in backward) == 32
-    assert {b for b in backward if b[0] == "scalar"} == {("scalar", 4 * 4 * (2 * D + 4))}
-    assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == 32
+    assert sum(b[0] == "v2" for b in backward) == 16
+    assert {b for b in backward if b[0] == "scalar"} == {("scalar", 4 * (2 * D + 4))}
+    assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == 16
 
 
 def test_fused_kernels_stream_h_hist_16_bytes_at_a_time(ptx):

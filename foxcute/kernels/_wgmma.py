@@ -1,6 +1,6 @@
 """Hopper TF32 warpgroup MMA (wgmma) with both operands in shared memory: what the CuTe DSL
-4.8.1 lacks, shared by the kernels that use it (foxcute.kernels.mamba2's fused forward and
-the probe foxcute.kernels.wgmma_probe, where the API was first checked on the H200).
+4.8.1 lacks, shared by the kernels that use it (foxcute.kernels.mamba2's fused forward's and fused
+backward's a|u, and the probe foxcute.kernels.wgmma_probe, where the API was first checked on the H200).
 
 - `cute.nvgpu.warpgroup` offers MmaF16BF16Op, MmaF8Op and MmaI8Op only. The MLIR atom under
   them (cute_nvgpu.MmaAtomSM90Type) takes TF32 operand types too and lowers them to
@@ -78,6 +78,13 @@ def allocate_sw128(smem: Any, shape: tuple) -> cute.Tensor:
     in the pointer, as wgmma's descriptors expect)."""
     layout = k_major_sw128(shape)
     return smem.allocate_tensor(Float32, layout.outer, ATOM_BYTES, layout.inner)
+
+
+def sw128_view(ptr: cute.Pointer, shape: tuple) -> cute.Tensor:
+    """k_major_sw128(shape) over shared memory that `ptr` (on an atom boundary) points into:
+    a wgmma operand sharing its buffer with other uses of another layout."""
+    layout = k_major_sw128(shape)
+    return cute.make_tensor(cute.recast_ptr(ptr, layout.inner, dtype=Float32), layout.outer)
 
 
 def sw128_bytes(rows: int, cols: int) -> int:

@@ -17,9 +17,11 @@ Two implementations, picked by `impl`:
          state) pair runs that pair's scan from the a|u tile in shared memory; ctx is a
          shuffle over the sample's D lanes; out = h + ctx * w.
          Backward: cp.async brings the whole 64 x SH2 h_hist tile into shared memory (no
-         registers held, 64 KB in flight per CTA at the defaults), each 64-column chunk of
-         the next tile issued during phase 3 as soon as that chunk is free; a|u, c and
-         dctx = dout @ w as in the forward; the forward scan is recomputed in registers and
+         registers held, 64 KB in flight per CTA at the defaults; TF32: 16-byte copies
+         straight into the 128B-swizzled K-major layout that wgmma reads), each 64-column
+         chunk of the next tile issued during phase 3 as soon as that chunk is free; a|u
+         (TF32: wgmma as in the forward), c and dctx = dout @ w as in the forward; the
+         forward scan is recomputed in registers and
          the reverse scan writes da|du over a|u; then, per SH2 chunk, dh_hist = [da|du] @
          [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
          shared memory), dh = dout + dc @ W_C^T, dW_C += h^T dc (FFMA, 4 outputs a thread)
@@ -34,9 +36,9 @@ Two implementations, picked by `impl`:
          the batch, partials summed by `column_sum`), dh_hist = [da|du] [W_A|W_B]^T and
          dh = dout + dc W_C^T.
 
-Matrix products run on TF32 tensor cores for precision="tf32": the forward's a|u on Hopper's
-warpgroup MMA (wgmma, foxcute.kernels._wgmma: no fragment loads, the operands' descriptors
-point into shared memory), every other product on warp-level mma.sync m16n8k8 (fragments
+Matrix products run on TF32 tensor cores for precision="tf32": a|u (forward and backward) on
+Hopper's warpgroup MMA (wgmma, foxcute.kernels._wgmma: no fragment loads, the operands'
+descriptors point into shared memory), every other product on warp-level mma.sync m16n8k8 (fragments
 loaded from shared memory, B 64 bits at a time, see _mma_smem); operands rounded with
 cvt.rna once when staged into shared memory (through registers, or in place once the
 backward's cp.async h_hist chunk has landed). precision="fp32" runs every product as exact
@@ -115,29 +117,28 @@ def _tiled_mma(tf32: bool, warps_m: int = 4) -> cute.TiledMma:
 
 def _pair_pitch(width: int, tf32: bool) -> int:
     """Row pitch (words) of a tile `width` (a multiple of 16) wide that a TF32 B operand
-    reads with K along its columns in 64-bit pairs (h_hist for a|u, W for dh_hist): 8 mod 16,
-    so a warp's pair loads (8 rows g x 4 lane pairs t at g * pitch + 2t) fall on disjoint
-    banks in each half-warp; dW's reads down the h_hist columns (g + t * pitch) hit 32
-    distinct banks too (at 4 mod 32 they were 2-way conflicts). fp32: 4 mod 16, as before."""
+    reads with K along its columns in 64-bit pairs (W for dh_hist): 8 mod 16, so a warp's
+    pair loads (8 rows g x 4 lane pairs t at g * pitch + 2t) fall on disjoint banks in each
+    half-warp. fp32: 4 mod 16 (conflict-free FFMA reads, see _tiled_mma)."""
     return width + (8 if tf32 else 4)
 
 
-def _w_pitch(D: int, tf32: bool) -> int:
-    """Row pitch of the [W_A|W_B] tile (rows of 2D) that a|u reads with K = rows. TF32: 4 mod
-    16, so lane (g, t) reading k = 2t (and 2t + 1, _k_pairs_view) at column g hits bank
-    g + 8t (+ 4) (mod 32): conflict-free. fp32: 8 mod 32, as before."""
-    return 2 * D + (4 if tf32 else 8)
+def _w_pitch(D: int) -> int:
+    """Row pitch of the [W_A|W_B] tile (rows of 2D) that fp32's a|u reads with K = rows:
+    8 mod 32 (TF32's a|u is a wgmma reading [W_A|W_B]^T, see _wgmma)."""
+    return 2 * D + 8
 
 
 def _k_pairs_view(s: cute.Tensor) -> cute.Tensor:
     """The (rows, Kc) view s with its K mode split as ((4, 2), Kc/8): in every 8-wide K step
     logical k = t and t + 4 are physical 2t and 2t + 1, so a TF32 B fragment pair (b0, b1)
-    is adjacent where s is K-contiguous. Applied to the K index of both operands of a product
-    it only reorders the sum inside each MMA (the last bits change; run to run they do not)."""
-    rows, kc = s.shape
-    row_stride, k_stride = s.layout.stride
-    return cute.make_tensor(s.iterator, cute.make_layout(
-        (rows, ((4, 2), kc // 8)), stride=(row_stride, ((2 * k_stride, k_stride), 8 * k_stride))))
+    is adjacent where s is K-contiguous (and where K runs down the rows of a 128B-swizzled
+    tile, a warp's A loads k = t at rows 2t hit 32 distinct banks: dW's h_hist^T). Applied to
+    the K index of both operands of a product it only reorders the sum inside each MMA (the
+    last bits change; run to run they do not). Any layout of s (a composition)."""
+    rows, kc = cute.size(s, mode=[0]), cute.size(s, mode=[1])
+    return cute.composition(s, (cute.make_layout(rows),
+                                cute.make_layout(((4, 2), kc // 8), stride=((2, 1), 8))))
 
 
 def _k_order_view(s: cute.Tensor) -> cute.Tensor:
@@ -201,31 +202,6 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
             cute.autovec_copy(tCsA[None, None, k], a)
             cute.autovec_copy(tCsB[None, None, k], b)
             cute.gemm(tiled, acc, a, b, acc)
-
-
-def _au_tiled_mma(tf32: bool, D: int) -> cute.TiledMma:
-    """The MMA of a|u = h_hist @ [W_A|W_B] (see _au_product): TF32 as min(4, 2D/16) warps
-    along M = 2D, the rest along N = TILE_ROWS."""
-    return _tiled_mma(tf32, min(4, 2 * D // 16))
-
-
-def _au_shape(tf32: bool, D: int) -> tuple[int, int]:
-    """Shape of _au_product's accumulator tile: a|u^T for TF32, a|u for fp32."""
-    return (2 * D, TILE_ROWS) if tf32 else (TILE_ROWS, 2 * D)
-
-
-def _au_product(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sHist: cute.Tensor, sWt: cute.Tensor,
-                tf32: bool) -> None:
-    """acc += one chunk of a|u, from sHist (TILE_ROWS, Kc) K-contiguous and sWt = [W_A|W_B]^T
-    (2D, Kc) with K = rows of W (both rounded to TF32 when staged). TF32 computes the transpose
-    a|u^T = W^T @ h_hist^T with the K index of both relabeled by _k_pairs_view, so that
-    h_hist (B) loads its fragment pairs 64 bits at a time; only the order of the adds
-    inside each MMA changes (the last bits, the same run to run)."""
-    if const_expr(tf32):
-        _mma_smem(tiled, thr, acc, _k_pairs_view(sWt), _k_pairs_view(sHist), True, a_rounded=True,
-                  b_rounded=True, b_pairs=True)
-    else:
-        _mma_smem(tiled, thr, acc, sHist, sWt, False)
 
 
 @cute.jit
@@ -456,7 +432,7 @@ class FusedForward(_TileCopies):
             resident = _wgmma.sw128_bytes(2 * D, SH2) + 4 * SH2 * D
         else:
             self.a_pitch = _pair_pitch(CHUNK, False)
-            self.w_pitch = _w_pitch(D, False)
+            self.w_pitch = _w_pitch(D)
             tiles = 4 * TILE_ROWS * self.a_pitch + small
             resident = 4 * SH2 * (self.w_pitch + D)
         self.resident_weights = 2 * (tiles + resident + 256) <= SMEM_PER_SM
@@ -539,7 +515,7 @@ class FusedForward(_TileCopies):
             tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, CHUNK / 8) descriptors
             tCrB = tiled.make_fragment_B(thr.partition_B(sWt))  # (MMA, 1, CHUNK / 8, chunks held)
         else:
-            tiled = _au_tiled_mma(False, D)
+            tiled = _tiled_mma(False)
             thr = tiled.get_slice(tid)
 
         if const_expr(self.resident_weights):
@@ -597,7 +573,7 @@ class FusedForward(_TileCopies):
                 if const_expr(not self.tf32):
                     sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
                     sWtk = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch)))
-                    _au_product(tiled, thr, acc, sA, sWtk, False)
+                    _mma_smem(tiled, thr, acc, sA, sWtk, False)
                 self.c_product.accumulate(c_acc, sH, sWCk, tid)
                 if const_expr(self.tf32):
                     # every warp (a no-op where nothing is in flight): under `if mma_group`
@@ -651,7 +627,25 @@ class FusedForward(_TileCopies):
 
 
 class FusedBackward(_TileCopies):
-    """All seven gradients; weight gradients as per-CTA partials (see module docstring)."""
+    """All seven gradients; weight gradients as per-CTA partials (see module docstring).
+
+    TF32 a|u recompute: the last warpgroup issues 8 m64n(2D)k8 wgmmas per chunk, A = the
+    h_hist chunk as cp.async left it (128B-swizzled, rounded in place), B = [W_A|W_B]^T stored
+    transposed and rounded; dW = h_hist^T [da|du] stays mma.sync (h_hist^T is MN-major, which
+    TF32 wgmma does not take) and reads the swizzled tile with its K (tile rows) relabeled by
+    _k_pairs_view, so that a warp's loads hit 32 distinct banks.
+    Shared-memory wavefronts per 64-row tile at the defaults (8 warps, 4 chunks; counted from
+    the code, bank model in .work/bwd_wgmma_banks_model.py), mma.sync version -> this one:
+    a|u 2048 (per warp and chunk 32 scalar W^T loads + 16 64-bit h_hist pair loads of 2) -> 0
+    (the tensor cores read 24 KB a chunk themselves, 64 KB through the LSU before); its W
+    staging 64 a chunk either way (2 float4 stores a thread -> 8 conflict-free scalar stores
+    of the transpose); dW 3072 (per warp and chunk 32 A loads of 1 + 32 B loads of 2: [da|du]^T
+    at rows t, pitch 2D + 4, 2-way) -> 2048 (both 1); dh_hist 1536 unchanged. Products 6656 ->
+    3584 of ~11.8k in all (the c product, dh, dW_C, staging, in-place rounding ~5.1k): ~20% of
+    the kernel's shared-memory traffic; the products' ld.shared a thread and chunk 144 -> 96.
+    Expected (shared-memory bound at 83.5% L1 throughput): 147 -> ~120-135 us graph-replayed
+    (172 -> ~145-155 under ncu); the last two such predictions on this family were 2x optimistic.
+    """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -661,12 +655,14 @@ class FusedBackward(_TileCopies):
         self.c_product = _StateProduct(self.samples, D)
         self.L = _num_weights(SH2, D)
         self.width = _partial_width(SH2, D)
-        self.hist_pitch = _pair_pitch(SH2, self.tf32)
         self.au_pitch = 2 * D + 4  # as before: dh_hist's A reads (g, t) at g * pitch + t, conflict-free
-        # sW holds W_A|W_B twice a tile: phase 1 reads it with K = rows (a|u), phase 3 with
-        # K = columns through _k_pairs_view (dh_hist's B operand, 64-bit pairs)
-        self.w_pitch1 = _w_pitch(D, self.tf32)
+        # sW holds W_A|W_B twice a tile: phase 1 for a|u (TF32: [W_A|W_B]^T, wgmma's B operand,
+        # K-major and 128B-swizzled; fp32: K = rows), phase 3 with K = columns through
+        # _k_pairs_view (dh_hist's B operand, 64-bit pairs)
         self.w_pitch3 = _pair_pitch(2 * D, True)  # 8 mod 16, what fp32 used already
+        if not self.tf32:  # TF32's h_hist tile is wgmma's A operand: 128B-swizzled, no pitch
+            self.hist_pitch = _pair_pitch(SH2, False)
+            self.w_pitch1 = _w_pitch(D)
 
     def ctas_per_sm(self) -> int:
         """Two CTAs per SM where their shared memory fits (registers are then capped at 128)."""
@@ -674,10 +670,18 @@ class FusedBackward(_TileCopies):
 
     def smem_bytes(self) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
-        floats = (TILE_ROWS * self.hist_pitch + CHUNK * max(self.w_pitch1, self.w_pitch3)
-                  + 2 * Bt * (CHUNK + 4) + CHUNK * D + D * (CHUNK + 4) + SH2 + TILE_ROWS * self.au_pitch
-                  + Bt * D + Bt + THREADS // 32 + (THREADS if self.tf32 else 0))
-        return 4 * floats + 16 * 10  # alignment slack per allocation
+        small = (2 * Bt * (CHUNK + 4) + CHUNK * D + D * (CHUNK + 4) + SH2 + TILE_ROWS * self.au_pitch
+                 + Bt * D + Bt + THREADS // 32)
+        slack = 16 * 10  # alignment slack per allocation
+        if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
+            return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
+        return 4 * (TILE_ROWS * self.hist_pitch + self.w_floats() + small) + slack
+
+    def w_floats(self) -> int:
+        """Floats of the sW buffer: the larger of its phase-1 and phase-3 layouts."""
+        if self.tf32:
+            return max(2 * self.D * CHUNK, CHUNK * self.w_pitch3)
+        return CHUNK * max(self.w_pitch1, self.w_pitch3)
 
     @cute.jit
     def __call__(self, p_dout: cute.Pointer, p_hist: cute.Pointer, p_h: cute.Pointer,
@@ -702,13 +706,53 @@ class FusedBackward(_TileCopies):
     @cute.jit
     def fetch_chunk(self, mWA: cute.Tensor, mWB: cute.Tensor, mH: cute.Tensor, mWC: cute.Tensor,
                     mDout: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32, rW: cute.Tensor,
-                    rH: cute.Tensor, rWC: cute.Tensor, rDout: cute.Tensor):
+                    rH: cute.Tensor, rWC: cute.Tensor, rDout: cute.Tensor,
+                    w_transposed: cutlass.Constexpr[bool] = False):
         """Registers <- SH2 columns col0 : col0 + CHUNK of W_A|W_B, W_C, and h, dout of the
-        tile's samples b0 : b0 + n_samples."""
-        self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
+        tile's samples b0 : b0 + n_samples; W_A|W_B for store_weights_t if `w_transposed`."""
+        if const_expr(w_transposed):
+            self.fetch_weights_t(mWA, mWB, col0, rW)
+        else:
+            self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
         self.fetch_rows(mH, b0, n_samples, col0, rH, self.samples, CHUNK)
         self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
         self.fetch_rows(mDout, b0, n_samples, col0, rDout, self.samples, CHUNK)
+
+    def wt_vectors(self):
+        """Yields (slot i, row r of the W chunk, float4 q of [W_A|W_B] row r) for each vector
+        this thread stages for TF32's a|u: a warp takes 16 rows x 2 float4 (whole 32-byte
+        sectors of W), so that its scalar stores down the swizzled [W_A|W_B]^T (column r,
+        row 4q + e) hit 32 distinct banks; thread_vectors' 4 rows x 8 float4 would be 4-way
+        conflicts (.work/bwd_wgmma_banks_model.py). CHUNK * 2D / 4 = 32 D vectors: whole slots."""
+        tid, _, _ = cute.arch.thread_idx()
+        for i in range(CHUNK * 2 * self.D // 4 // THREADS):
+            v = tid + i * THREADS
+            warp = v // 32
+            lane = v - warp * 32
+            yield i, 16 * (warp % 4) + lane // 2, 2 * (warp // 4) + lane % 2
+
+    @cute.jit
+    def fetch_weights_t(self, mWA: cute.Tensor, mWB: cute.Tensor, col0: Int32, regs: cute.Tensor):
+        """regs <- [W_A | W_B][col0 : col0 + CHUNK, :] in wt_vectors' order."""
+        half = self.D // 4
+        for i, r, q in self.wt_vectors():
+            if q < half:
+                cute.autovec_copy(cute.local_tile(mWA[col0 + r, None], (4,), (q,)), regs[None, i])
+            else:
+                cute.autovec_copy(cute.local_tile(mWB[col0 + r, None], (4,), (q - half,)), regs[None, i])
+
+    @cute.jit
+    def store_weights_t(self, regs: cute.Tensor, dst: cute.Tensor):
+        """dst (2D, CHUNK) <- the transpose of what fetch_weights_t put in regs, rounded to TF32."""
+        for i, r, q in self.wt_vectors():
+            for e in cutlass.range_constexpr(4):
+                dst[4 * q + e, r] = round_tf32(regs[e, i])
+
+    def hist_chunk(self, sHist: cute.Tensor, kc: Int32) -> cute.Tensor:
+        """The (TILE_ROWS, CHUNK) h_hist chunk kc of the tile in shared memory."""
+        if const_expr(self.tf32):
+            return sHist[None, None, kc]
+        return cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc))
 
     def ab_entry(self, coord_dw: cute.Tensor, col0: Int32, i: int) -> Int32:
         """Flat weight-gradient index of [dW_A|dW_B] accumulator entry i (trace-time Python):
@@ -730,10 +774,20 @@ class FusedBackward(_TileCopies):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
-        sHist = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, SH2), stride=(self.hist_pitch, 1)), 16)
-        w_pitch = max(self.w_pitch1, self.w_pitch3)
-        sWbuf = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, w_pitch), stride=(w_pitch, 1)), 16)
-        sW1 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch1, 1)))
+        if const_expr(self.tf32):
+            # a|u's wgmma operands (see _wgmma), K-major and 128B-swizzled: the h_hist tile as
+            # (TILE_ROWS, CHUNK, chunks), chunk kc = [None, None, kc], and [W_A|W_B]^T of a chunk
+            sHist = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK, n_chunks))
+            sWbuf = smem.allocate_tensor(Float32, cute.make_layout((self.w_floats(),)), _wgmma.ATOM_BYTES)
+            sWt = _wgmma.sw128_view(sWbuf.iterator, (2 * D, CHUNK))
+        else:
+            hist_layout = cute.make_layout((TILE_ROWS, SH2), stride=(self.hist_pitch, 1))
+            sHist = smem.allocate_tensor(Float32, hist_layout, 16)
+            w_pitch = max(self.w_pitch1, self.w_pitch3)
+            sWbuf = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, w_pitch), stride=(w_pitch, 1)), 16)
+            sW1 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch1, 1)))
+            # [W_A|W_B]^T (2D, Kc) for a|u
+            sWt = cute.make_tensor(sW1.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch1)))
         sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
         sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
@@ -751,10 +805,8 @@ class FusedBackward(_TileCopies):
         # TF32: each thread's running dsigma sum, touched once a tile: as a register it was the
         # one value ptxas spilled at the 128-register cap (to local memory, slower than this)
         sDsigma = smem.allocate_tensor(Float32, cute.make_layout((THREADS,)), 16) if const_expr(self.tf32) else None
-        # transposed views: [W_A|W_B]^T (2D, Kc) for a|u, [da|du]^T (2D, TILE_ROWS) for dW
-        sWt = cute.make_tensor(sW1.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch1)))
+        # [da|du]^T (2D, TILE_ROWS) for dW
         sAUt = cute.make_tensor(sAU.iterator, cute.select(sAU.layout, mode=[1, 0]))
-        sAUc = sAUt if const_expr(self.tf32) else sAU  # a|u as _au_product's accumulator tile
 
         rW = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * 2 * D // 4))), Float32)
         rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
@@ -763,8 +815,17 @@ class FusedBackward(_TileCopies):
 
         tiled = _tiled_mma(self.tf32)
         thr = tiled.get_slice(tid)
-        tiled_au = _au_tiled_mma(self.tf32, D)
-        thr_au = tiled_au.get_slice(tid)
+        if const_expr(self.tf32):
+            # a|u = one 64 x 2D wgmma tile (M = TILE_ROWS), issued by the last warpgroup (the c
+            # product's tasks and dctx's pairs fill the low threads first)
+            tiled_au = _wgmma.tiled_mma_tf32(2 * D)
+            mma_group = tid // _wgmma.WARPGROUP == THREADS // _wgmma.WARPGROUP - 1
+            thr_au = tiled_au.get_slice(tid % _wgmma.WARPGROUP)
+            tCrA = tiled_au.make_fragment_A(thr_au.partition_A(sHist))  # (MMA, 1, CHUNK / 8, chunks)
+            tCrB = tiled_au.make_fragment_B(thr_au.partition_B(sWt))  # (MMA, 1, CHUNK / 8)
+        else:
+            tiled_au = _tiled_mma(False)
+            thr_au = tiled_au.get_slice(tid)
         c_acc = self.c_product.accumulators()
         dctx_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
         xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
@@ -794,7 +855,7 @@ class FusedBackward(_TileCopies):
         first_samples = cutlass.min(batch - cta * Bt, Bt)
         for kc in cutlass.range(n_chunks, unroll=1):
             self.copy_rows_async(mHist, cta * Bt * K, first_samples * K, kc * CHUNK,
-                                 cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)), TILE_ROWS, CHUNK)
+                                 self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
         for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
             b0 = tile * Bt
             n_samples = cutlass.min(batch - b0, Bt)
@@ -803,30 +864,44 @@ class FusedBackward(_TileCopies):
             next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
 
             # ---- phase 1: a|u = h_hist @ [W_A|W_B] (h_hist tile stays), c = h @ W_C, dctx = dout @ w
-            acc = tiled_au.make_fragment_C(tiled_au.partition_shape_C(_au_shape(self.tf32, D)))
+            acc = tiled_au.make_fragment_C(tiled_au.partition_shape_C((TILE_ROWS, 2 * D)))
             acc.fill(0.0)
             c_acc.fill(0.0)
             dctx_acc.fill(0.0)
-            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
+            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
             for kc in cutlass.range(n_chunks, unroll=1):
-                sHistChunk = cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc))
+                sHistChunk = self.hist_chunk(sHist, kc)
                 for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
                     if kc == j:
                         cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
-                self.store_rows(rW, sW1, CHUNK, 2 * D, self.tf32)
+                if const_expr(self.tf32):
+                    self.store_weights_t(rW, sWt)
+                else:
+                    self.store_rows(rW, sW1, CHUNK, 2 * D)
                 self.store_rows(rH, sH, Bt, CHUNK)
                 self.store_rows(rWC, sWC, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
                 if const_expr(self.tf32):
-                    # rounded once here, not at each of its fragment loads in a|u and dW
-                    # (cvt.rna there is two instructions per element and product); after
+                    # rounded once here (the tensor cores would truncate), not at each of dW's
+                    # fragment loads (cvt.rna there is two instructions per element); after
                     # the stores above, whose registers are then free (no spills)
                     self.round_rows_in_place(sHistChunk, TILE_ROWS, CHUNK)
+                    _wgmma.publish()  # the stores above -> the tensor cores' (async proxy) reads
                 cute.arch.barrier()
+                if const_expr(self.tf32):
+                    # the chunk's a|u as one wgmma group, issued first: the tensor cores read
+                    # sHist and sWt while the next chunk's loads are issued and c, dctx
+                    # accumulate; waited for before the closing barrier, after which sWt is rewritten
+                    if mma_group:
+                        warpgroup.fence()
+                        for k in cutlass.range_constexpr(CHUNK // _wgmma.MMA_K):
+                            cute.gemm(tiled_au, acc, tCrA[None, None, k, kc], tCrB[None, None, k], acc)
+                        warpgroup.commit_group()
                 if kc + 1 < n_chunks:
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
-                                     rW, rH, rWC, rDout)
-                _au_product(tiled_au, thr_au, acc, sHistChunk, sWt, self.tf32)
+                                     rW, rH, rWC, rDout, self.tf32)
+                if const_expr(not self.tf32):
+                    _mma_smem(tiled_au, thr_au, acc, sHistChunk, sWt, False)
                 self.c_product.accumulate(c_acc, sH, sWC, tid)
                 for p in cutlass.range_constexpr(self.pairs):
                     pair = tid + p * THREADS
@@ -837,9 +912,16 @@ class FusedBackward(_TileCopies):
                         for k in cutlass.range_constexpr(slice_k):
                             dc = dc + sDout[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
                         dctx_acc[p] = dc
+                if const_expr(self.tf32):
+                    # every warp (a no-op where nothing is in flight), as in the forward
+                    warpgroup.wait_group(0)
                 cute.arch.barrier()
             self.c_product.store(c_acc, sDC, tid)
-            _store_accumulators(thr_au, acc, sAUc)
+            if const_expr(self.tf32):
+                if mma_group:
+                    _store_accumulators(thr_au, acc, sAU)
+            else:
+                _store_accumulators(thr_au, acc, sAU)
             cute.arch.barrier()
 
             # ---- phase 2: forward scan recomputed, reverse scan; da|du overwrite a|u in place
@@ -934,12 +1016,19 @@ class FusedBackward(_TileCopies):
                         rOldW[0] = mP[cta, 3 * SH2 * D + col0 + tid]
 
                 # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
-                sHistT = cute.make_tensor(
-                    cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)).iterator,
-                    cute.make_layout((CHUNK, TILE_ROWS), stride=(1, self.hist_pitch)))
+                sHistChunk = self.hist_chunk(sHist, kc)
+                sHistT = cute.make_tensor(sHistChunk.iterator, cute.select(sHistChunk.layout, mode=[1, 0]))
                 acc_dw = tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D)))
                 acc_dw.fill(0.0)
-                _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, self.tf32, a_rounded=True, b_rounded=True)
+                if const_expr(self.tf32):
+                    # K (tile rows) relabeled by _k_pairs_view in both operands: lane (g, t)
+                    # reads rows 2t, 2t + 1, whose swizzle spreads the warp's h_hist^T loads
+                    # over 32 banks (2-way conflicts at rows t) and the [da|du]^T loads too
+                    # (2-way at pitch 2D + 4 before)
+                    _mma_smem(tiled, thr, acc_dw, _k_pairs_view(sHistT), _k_pairs_view(sAUt), True,
+                              a_rounded=True, b_rounded=True)
+                else:
+                    _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
                 for i in cutlass.range_constexpr(n_ab):
                     mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_dw[i] + rOldAB[i]
 
@@ -983,7 +1072,7 @@ class FusedBackward(_TileCopies):
                 cute.arch.barrier()
                 if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
                     self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
-                                         cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc)), TILE_ROWS, CHUNK)
+                                         self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
 
         # dsigma: this CTA's sum, reduced in a fixed order
         if const_expr(self.tf32):
