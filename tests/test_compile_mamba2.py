@@ -213,6 +213,51 @@ def test_tf32_b_fragments_load_in_64_bit_pairs(ptx):
     assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == 16
 
 
+def _quarter_warp_wavefronts(words):
+    """Wavefronts of one warp's 128-bit ld.shared: served 8 lanes at a time, each quarter-warp
+    as many as the most distinct 16-byte words on one bank (first word addresses per lane)."""
+    total = 0
+    for q0 in range(0, 32, 8):
+        banks = {}
+        for w in words[q0:q0 + 8]:
+            for e in range(4):
+                banks.setdefault((w + e) % 32, set()).add(w + e)
+        total += max(len(s) for s in banks.values())
+    return total
+
+
+@pytest.mark.parametrize("D", mamba2.SUPPORTED_D)
+def test_c_product_w_c_loads_are_conflict_free_over_the_supported_range(D):
+    # _StateProduct's lanes: task = (group = (sample, float4 s4 of the states), k % split); a
+    # quarter-warp reads split rows of W_C at the pitch chosen for that split
+    for K in range(1, mamba2.MAX_K + 1):
+        product = mamba2._StateProduct(mamba2.TILE_ROWS // K, D)
+        assert product.w_pitch % 4 == 0 and product.w_pitch >= D
+        for warp in range(-(-product.tasks // 32)):
+            for i in range(2):
+                words = []
+                for lane in range(32):
+                    task = min(32 * warp + lane, product.tasks - 1)
+                    group, j = divmod(task, product.split)
+                    words.append((i * product.split + j) * product.w_pitch + 4 * (group % product.quads))
+                assert _quarter_warp_wavefronts(words) == 4, (K, D, product.split, product.w_pitch)
+
+
+@pytest.mark.parametrize("name", ["fused_forward_tf32", "fused_backward_tf32"])
+def test_c_product_reads_w_c_at_the_padded_pitch(ptx, name):
+    # its k loop (unrolled 8) reads a float4 of every split-th W_C row: 128-bit loads off one
+    # base register, split * pitch * 4 bytes apart (pitch 24 at the defaults, not D = 16)
+    K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
+    kernel = (mamba2.FusedForward if "forward" in name else mamba2.FusedBackward)(K, SH2, D, "tf32")
+    product = kernel.c_product
+    assert (product.split, product.w_pitch, kernel.wc_pitch) == (4, 24, 24)
+    step = 4 * product.split * product.w_pitch
+    offsets = {}
+    for m in re.finditer(r"ld\.shared\.v4\.[bf]32\s+\{[^}]*\},\s*\[(%r\d+)\+?(-?\d*)\];", ptx[name]):
+        offsets.setdefault(m.group(1), set()).add(int(m.group(2) or 0))
+    assert any(all(o - n * step in offs for n in range(8)) for offs in offsets.values() for o in offs), name
+
+
 def test_fused_kernels_stream_h_hist_16_bytes_at_a_time(ptx):
     for name in FUSED:
         assert re.search(LOAD_128, ptx[name]), name  # forward: h_hist; backward: h, dout, W

@@ -220,7 +220,15 @@ class _StateProduct:
     (k = i * split + lane % split, so the split lanes read distinct banks); their partial
     sums are joined by shuffles in `store`. Per FFMA it reads a quarter of a 16-byte W_C row
     and 1/4 word of h: one thread per (sample, state) reading a W_C word per FFMA issued 4x
-    the shared-memory instructions, and shared memory bounds the fused kernels."""
+    the shared-memory instructions, and shared memory bounds the fused kernels.
+
+    W_C's row pitch (`w_pitch`): a 128-bit ld.shared is served a quarter-warp (8 lanes) at a
+    time, and a quarter-warp's lanes read `split` consecutive rows k, 8 / split float4 of
+    each (lane bits: k % split below the group). At pitch D those rows' windows overlap in
+    banks (D = 16, split 4: rows k, k + 2, 2 wavefronts a quarter-warp instead of 1: 3/4 of
+    the forward's excess wavefronts in ncu). A pitch of W mod 2W words, W = the words a
+    quarter-warp reads of one row, puts the split windows side by side in the 32 banks:
+    D = 16, split 4: pitch 24; D = 32: 40 (split 4), 48 (split 2); D = 8 or split 1: D."""
 
     def __init__(self, Bt: int, D: int):
         self.Bt, self.quads = Bt, D // 4
@@ -230,6 +238,11 @@ class _StateProduct:
             self.split *= 2  # a power of two: the shuffle groups tile the warp
         self.tasks = groups * self.split
         self.slots = _slots(self.tasks)
+        window = 4 * min(self.quads, 8 // self.split)  # words of a row one quarter-warp reads
+        self.w_pitch = D
+        if self.split > 1:
+            while self.w_pitch % (2 * window) != window:
+                self.w_pitch += 4
 
     def accumulators(self) -> cute.Tensor:
         return cute.make_rmem_tensor(cute.make_layout((self.slots, 4)), Float32)
@@ -390,6 +403,37 @@ class _TileCopies:
                     cute.autovec_copy(cute.local_tile(mWB[col0 + r, None], (4,), (q - half,)),
                                       regs[None, i])
 
+    def wt_vectors(self):
+        """Yields (slot i, row r of the W chunk, float4 q of [W_A|W_B] row r) for each vector
+        this thread stages for TF32's a|u: a warp takes 16 rows x 2 float4 (whole 32-byte
+        sectors of W), so that its scalar stores down the swizzled [W_A|W_B]^T (column r,
+        row 4q + e) hit 32 distinct banks; thread_vectors' 4 rows x 8 float4 would be 4-way
+        conflicts (.work/bwd_wgmma_banks_model.py; the forward's staging at the CTA's start was
+        ~15% of its excess wavefronts in ncu). CHUNK * 2D / 4 = 32 D vectors: whole slots."""
+        tid, _, _ = cute.arch.thread_idx()
+        for i in range(CHUNK * 2 * self.D // 4 // THREADS):
+            v = tid + i * THREADS
+            warp = v // 32
+            lane = v - warp * 32
+            yield i, 16 * (warp % 4) + lane // 2, 2 * (warp // 4) + lane % 2
+
+    @cute.jit
+    def fetch_weights_t(self, mWA: cute.Tensor, mWB: cute.Tensor, col0: Int32, regs: cute.Tensor):
+        """regs <- [W_A | W_B][col0 : col0 + CHUNK, :] in wt_vectors' order."""
+        half = self.D // 4
+        for i, r, q in self.wt_vectors():
+            if q < half:
+                cute.autovec_copy(cute.local_tile(mWA[col0 + r, None], (4,), (q,)), regs[None, i])
+            else:
+                cute.autovec_copy(cute.local_tile(mWB[col0 + r, None], (4,), (q - half,)), regs[None, i])
+
+    @cute.jit
+    def store_weights_t(self, regs: cute.Tensor, dst: cute.Tensor):
+        """dst (2D, CHUNK) <- the transpose of what fetch_weights_t put in regs, rounded to TF32."""
+        for i, r, q in self.wt_vectors():
+            for e in cutlass.range_constexpr(4):
+                dst[4 * q + e, r] = round_tf32(regs[e, i])
+
 
 def _partial_width(SH2: int, D: int) -> int:
     """Columns of the [num_ctas, width] partials array: the weight-gradient entries rounded
@@ -417,7 +461,17 @@ class FusedForward(_TileCopies):
     B = [W_A|W_B]^T, both K-major and 128B-swizzled, rounded as they are stored): the
     mma.sync version's fragment loads, 48 ld.shared per thread and chunk at the defaults and
     2/3 of the kernel's shared-memory instructions, were what bound it (ncu: the L1/shared
-    pipe the busiest unit, short-scoreboard waits the largest stall)."""
+    pipe the busiest unit, short-scoreboard waits the largest stall).
+
+    Bank conflicts (ncu at the defaults, TF32: 1,382,400 of 4,412,416 shared wavefronts were
+    excess; the model in .work/fwd_banks_model.py reproduces that count exactly), wavefronts
+    a warp instruction before -> after, instructions a tile: the c product's 128-bit W_C
+    loads 8 -> 4 (256; W_C pitch D -> _StateProduct.w_pitch = 24 where the weights stay
+    resident with it), the W^T staging's scalar stores at a CTA's start 4 -> 1 (256 a CTA;
+    wt_vectors' mapping); left: a|u accumulator stores and the scan's a|u reads at pitch
+    2D + 4, 2 each (64 + 64), W_C staging 4 -> 8 (32 a CTA). Excess 1.38M -> 0.16M: 28% of
+    all wavefronts gone; the L1 pipe at 81% of peak, expected 35 -> ~30-31 us graph-replayed
+    (this family's predictions ran 1.5-2x optimistic: the model alone says ~26 us)."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -429,13 +483,21 @@ class FusedForward(_TileCopies):
         if self.tf32:
             # wgmma operands, K-major and 128B-swizzled: the h_hist chunk, [W_A|W_B]^T
             tiles = _wgmma.sw128_bytes(TILE_ROWS, CHUNK) + small
-            resident = _wgmma.sw128_bytes(2 * D, SH2) + 4 * SH2 * D
+            resident_w = _wgmma.sw128_bytes(2 * D, SH2)
         else:
             self.a_pitch = _pair_pitch(CHUNK, False)
             self.w_pitch = _w_pitch(D)
             tiles = 4 * TILE_ROWS * self.a_pitch + small
-            resident = 4 * SH2 * (self.w_pitch + D)
-        self.resident_weights = 2 * (tiles + resident + 256) <= SMEM_PER_SM
+            resident_w = 4 * SH2 * self.w_pitch
+
+        def resident(wc_pitch: int) -> bool:
+            return 2 * (tiles + resident_w + 4 * SH2 * wc_pitch + 256) <= SMEM_PER_SM
+
+        # W_C at the c product's conflict-free pitch, unless only pitch D keeps it resident
+        self.wc_pitch = self.c_product.w_pitch
+        if not resident(self.wc_pitch) and resident(D):
+            self.wc_pitch = D
+        self.resident_weights = resident(self.wc_pitch)
 
     def ctas_per_sm(self) -> int:
         """Persistent CTAs per SM the grid is sized for (<= 128 registers, < 113 KB at the defaults)."""
@@ -471,8 +533,16 @@ class FusedForward(_TileCopies):
         self.fetch_rows(mHist, b0 * self.K, n_samples * self.K, col0, rHist, TILE_ROWS, CHUNK)
         self.fetch_rows(mH, b0, n_samples, col0, rH, self.samples, CHUNK)
         if const_expr(not self.resident_weights):
-            self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
+            self.fetch_weights(mWA, mWB, col0, rW)
             self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
+
+    @cute.jit
+    def fetch_weights(self, mWA: cute.Tensor, mWB: cute.Tensor, col0: Int32, regs: cute.Tensor):
+        """regs <- [W_A | W_B][col0 : col0 + CHUNK, :] for sWt (TF32: store_weights_t) or sW."""
+        if const_expr(self.tf32):
+            self.fetch_weights_t(mWA, mWB, col0, regs)
+        else:
+            self.fetch_weights_ab(mWA, mWB, col0, regs, self.D)
 
     @cute.kernel
     def kernel(self, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor, mWB: cute.Tensor,
@@ -498,7 +568,7 @@ class FusedForward(_TileCopies):
         sC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
         if const_expr(not self.tf32):
             sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(self.w_pitch, 1)), 16)
-        sWC = smem.allocate_tensor(Float32, cute.make_layout((w_rows, D), stride=(D, 1)), 16)
+        sWC = smem.allocate_tensor(Float32, cute.make_layout((w_rows, D), stride=(self.wc_pitch, 1)), 16)
 
         rHist = cute.make_rmem_tensor(cute.make_layout((4, _slots(TILE_ROWS * CHUNK // 4))), Float32)
         rW = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * 2 * D // 4))), Float32)
@@ -520,10 +590,10 @@ class FusedForward(_TileCopies):
 
         if const_expr(self.resident_weights):
             for kc in cutlass.range_constexpr(n_chunks):
-                self.fetch_weights_ab(mWA, mWB, kc * CHUNK, rW, D)
+                self.fetch_weights(mWA, mWB, kc * CHUNK, rW)
                 self.fetch_rows(mWC, kc * CHUNK, CHUNK, 0, rWC, CHUNK, D)
                 if const_expr(self.tf32):
-                    self.store_rows_transposed(rW, sWt[None, None, kc], CHUNK, 2 * D, True)
+                    self.store_weights_t(rW, sWt[None, None, kc])
                 else:
                     self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D)
                 self.store_rows(rWC, cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
@@ -547,7 +617,7 @@ class FusedForward(_TileCopies):
                 self.store_rows(rH, sH, Bt, CHUNK)
                 if const_expr(not self.resident_weights):
                     if const_expr(self.tf32):
-                        self.store_rows_transposed(rW, sWt[None, None, 0], CHUNK, 2 * D, True)
+                        self.store_weights_t(rW, sWt[None, None, 0])
                     else:
                         self.store_rows(rW, sW, CHUNK, 2 * D)
                     self.store_rows(rWC, sWC, CHUNK, D)
@@ -645,6 +715,14 @@ class FusedBackward(_TileCopies):
     the kernel's shared-memory traffic; the products' ld.shared a thread and chunk 144 -> 96.
     Expected (shared-memory bound at 83.5% L1 throughput): 147 -> ~120-135 us graph-replayed
     (172 -> ~145-155 under ncu); the last two such predictions on this family were 2x optimistic.
+    (Measured: 138.3 us.) Then bank conflicts (.work/fwd_banks_model.py), wavefronts a warp
+    instruction before -> after, instructions a tile: the c product's 128-bit W_C loads 8 -> 4
+    (256; W_C pitch D -> _StateProduct.w_pitch = 24 where 2 CTAs an SM still fit with it),
+    W_C staging 4 -> 8 (32, +128): ~-900 of ~11k a tile, expected ~2-4% (138 -> ~133-135
+    us). Left: the scans' a|u reads and da|du stores (2-way, 160 a tile), W_C^T staging
+    (2-way, 128; a 16-rows x 2-float4 W_C staging mapping, conflict-free in both phases, cost
+    8 bytes of spills at 128 registers). dctx's dout and w loads are already 128-bit (LLVM
+    merges the 4 scalar reads), conflict-free.
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
@@ -663,6 +741,11 @@ class FusedBackward(_TileCopies):
         if not self.tf32:  # TF32's h_hist tile is wgmma's A operand: 128B-swizzled, no pitch
             self.hist_pitch = _pair_pitch(SH2, False)
             self.w_pitch1 = _w_pitch(D)
+        # W_C at the c product's conflict-free pitch where two CTAs an SM still fit with it;
+        # elsewhere pitch D, as before (never fewer CTAs, never more shared memory at one)
+        self.wc_pitch = self.c_product.w_pitch
+        if 2 * self.smem_bytes() > SMEM_PER_SM:
+            self.wc_pitch = D
 
     def ctas_per_sm(self) -> int:
         """Two CTAs per SM where their shared memory fits (registers are then capped at 128)."""
@@ -670,8 +753,8 @@ class FusedBackward(_TileCopies):
 
     def smem_bytes(self) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
-        small = (2 * Bt * (CHUNK + 4) + CHUNK * D + D * (CHUNK + 4) + SH2 + TILE_ROWS * self.au_pitch
-                 + Bt * D + Bt + THREADS // 32)
+        small = (2 * Bt * (CHUNK + 4) + CHUNK * self.wc_pitch + D * (CHUNK + 4) + SH2
+                 + TILE_ROWS * self.au_pitch + Bt * D + Bt + THREADS // 32)
         slack = 16 * 10  # alignment slack per allocation
         if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
             return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
@@ -718,36 +801,6 @@ class FusedBackward(_TileCopies):
         self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
         self.fetch_rows(mDout, b0, n_samples, col0, rDout, self.samples, CHUNK)
 
-    def wt_vectors(self):
-        """Yields (slot i, row r of the W chunk, float4 q of [W_A|W_B] row r) for each vector
-        this thread stages for TF32's a|u: a warp takes 16 rows x 2 float4 (whole 32-byte
-        sectors of W), so that its scalar stores down the swizzled [W_A|W_B]^T (column r,
-        row 4q + e) hit 32 distinct banks; thread_vectors' 4 rows x 8 float4 would be 4-way
-        conflicts (.work/bwd_wgmma_banks_model.py). CHUNK * 2D / 4 = 32 D vectors: whole slots."""
-        tid, _, _ = cute.arch.thread_idx()
-        for i in range(CHUNK * 2 * self.D // 4 // THREADS):
-            v = tid + i * THREADS
-            warp = v // 32
-            lane = v - warp * 32
-            yield i, 16 * (warp % 4) + lane // 2, 2 * (warp // 4) + lane % 2
-
-    @cute.jit
-    def fetch_weights_t(self, mWA: cute.Tensor, mWB: cute.Tensor, col0: Int32, regs: cute.Tensor):
-        """regs <- [W_A | W_B][col0 : col0 + CHUNK, :] in wt_vectors' order."""
-        half = self.D // 4
-        for i, r, q in self.wt_vectors():
-            if q < half:
-                cute.autovec_copy(cute.local_tile(mWA[col0 + r, None], (4,), (q,)), regs[None, i])
-            else:
-                cute.autovec_copy(cute.local_tile(mWB[col0 + r, None], (4,), (q - half,)), regs[None, i])
-
-    @cute.jit
-    def store_weights_t(self, regs: cute.Tensor, dst: cute.Tensor):
-        """dst (2D, CHUNK) <- the transpose of what fetch_weights_t put in regs, rounded to TF32."""
-        for i, r, q in self.wt_vectors():
-            for e in cutlass.range_constexpr(4):
-                dst[4 * q + e, r] = round_tf32(regs[e, i])
-
     def hist_chunk(self, sHist: cute.Tensor, kc: Int32) -> cute.Tensor:
         """The (TILE_ROWS, CHUNK) h_hist chunk kc of the tile in shared memory."""
         if const_expr(self.tf32):
@@ -791,7 +844,7 @@ class FusedBackward(_TileCopies):
         sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
         sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
-        sWC = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, D), stride=(D, 1)), 16)
+        sWC = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, D), stride=(self.wc_pitch, 1)), 16)
         # phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit distinct banks
         sWCt = smem.allocate_tensor(Float32, cute.make_layout((D, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sWv = smem.allocate_tensor(Float32, cute.make_layout((1, SH2), stride=(SH2, 1)), 16)
