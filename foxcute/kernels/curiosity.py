@@ -39,11 +39,16 @@ Where the split is, and why (four launches and one small copy).
 - Every batch reduction is per-CTA partials added in a fixed order: bit-identical from run
   to run, no float atomics.
 
-Measured (H200 run 20261129T190653Z, step breakdown): WeightPrep 2.8 us, RowPass 38.0 us
-(50.0 us before the prepared weights and ldmatrix fragments, run 20261129T164734Z; the SASS
-counts predicted ~25 us), WeightGrad 24.4 us, column_sum 5.2 us; the layer 74.7 us
-graph-replayed. Still far from its 20 us target: WeightGrad converts every fragment element
-as it loads it, and the row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
+Measured (H200 run 20261129T204705Z, step breakdown): WeightPrep 3.4 us, RowPass 42.7 us
+(38.0 us before z's exact signs, run 20261129T190653Z; 50.0 us before the prepared weights
+and ldmatrix fragments, run 20261129T164734Z, when the SASS counts predicted ~25 us),
+WeightGrad 24.4 us, column_sum 5.2 us; the layer 81.5 us graph-replayed (74.7 us before the
+exact signs). Still far from its 20 us target. WeightGrad (experiments on the H200, not
+committed): its fixed-order finisher is about an eighth of it; its main loop did not get
+shorter with more CTAs an SM, deeper staging, or larger output tiles (which halve the
+re-reads of hid, dpred, dz and s), so neither latency nor bytes alone bind it: its fragment
+path is the suspect (every element loaded by a scalar ld.shared down a transposed view and
+converted as it is loaded). The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
 """
 
 from __future__ import annotations

@@ -408,7 +408,7 @@ class _TileCopies:
         this thread stages for TF32's a|u: a warp takes 16 rows x 2 float4 (whole 32-byte
         sectors of W), so that its scalar stores down the swizzled [W_A|W_B]^T (column r,
         row 4q + e) hit 32 distinct banks; thread_vectors' 4 rows x 8 float4 would be 4-way
-        conflicts (.work/bwd_wgmma_banks_model.py; the forward's staging at the CTA's start was
+        conflicts (bank model: a warp's word addresses; the forward's staging at the CTA's start was
         ~15% of its excess wavefronts in ncu). CHUNK * 2D / 4 = 32 D vectors: whole slots."""
         tid, _, _ = cute.arch.thread_idx()
         for i in range(CHUNK * 2 * self.D // 4 // THREADS):
@@ -464,14 +464,17 @@ class FusedForward(_TileCopies):
     pipe the busiest unit, short-scoreboard waits the largest stall).
 
     Bank conflicts (ncu at the defaults, TF32: 1,382,400 of 4,412,416 shared wavefronts were
-    excess; the model in .work/fwd_banks_model.py reproduces that count exactly), wavefronts
-    a warp instruction before -> after, instructions a tile: the c product's 128-bit W_C
-    loads 8 -> 4 (256; W_C pitch D -> _StateProduct.w_pitch = 24 where the weights stay
-    resident with it), the W^T staging's scalar stores at a CTA's start 4 -> 1 (256 a CTA;
-    wt_vectors' mapping); left: a|u accumulator stores and the scan's a|u reads at pitch
-    2D + 4, 2 each (64 + 64), W_C staging 4 -> 8 (32 a CTA). Excess 1.38M -> 0.16M: 28% of
-    all wavefronts gone; the L1 pipe at 81% of peak, expected 35 -> ~30-31 us graph-replayed
-    (this family's predictions ran 1.5-2x optimistic: the model alone says ~26 us)."""
+    excess; a bank model of every shared access, a warp's word addresses per instruction,
+    reproduces that count exactly), wavefronts a warp instruction before -> after,
+    instructions a tile: the c product's 128-bit W_C loads 8 -> 4 (256; W_C pitch D ->
+    _StateProduct.w_pitch = 24 where the weights stay resident with it), the W^T staging's
+    scalar stores at a CTA's start 4 -> 1 (256 a CTA; wt_vectors' mapping); left: a|u
+    accumulator stores and the scan's a|u reads at pitch 2D + 4, 2 each (64 + 64), W_C
+    staging 4 -> 8 (32 a CTA). Excess 1.38M -> 0.16M: 28% of all wavefronts gone.
+    Measured (H200): 40.0 us (run 20261129T190653Z, mma.sync a|u) -> 32.3 us (run
+    20261129T204705Z, wgmma a|u and these layouts; 1.64x the floor, target 1.5x). Each of
+    the two changes gained about half of what its count predicted (GPU check scripts, not
+    committed): the shared-memory pipe is not the only limit."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -705,7 +708,7 @@ class FusedBackward(_TileCopies):
     TF32 wgmma does not take) and reads the swizzled tile with its K (tile rows) relabeled by
     _k_pairs_view, so that a warp's loads hit 32 distinct banks.
     Shared-memory wavefronts per 64-row tile at the defaults (8 warps, 4 chunks; counted from
-    the code, bank model in .work/bwd_wgmma_banks_model.py), mma.sync version -> this one:
+    the code and a bank model of the warps' word addresses), mma.sync version -> this one:
     a|u 2048 (per warp and chunk 32 scalar W^T loads + 16 64-bit h_hist pair loads of 2) -> 0
     (the tensor cores read 24 KB a chunk themselves, 64 KB through the LSU before); its W
     staging 64 a chunk either way (2 float4 stores a thread -> 8 conflict-free scalar stores
@@ -713,15 +716,17 @@ class FusedBackward(_TileCopies):
     at rows t, pitch 2D + 4, 2-way) -> 2048 (both 1); dh_hist 1536 unchanged. Products 6656 ->
     3584 of ~11.8k in all (the c product, dh, dW_C, staging, in-place rounding ~5.1k): ~20% of
     the kernel's shared-memory traffic; the products' ld.shared a thread and chunk 144 -> 96.
-    Expected (shared-memory bound at 83.5% L1 throughput): 147 -> ~120-135 us graph-replayed
-    (172 -> ~145-155 under ncu); the last two such predictions on this family were 2x optimistic.
-    (Measured: 138.3 us.) Then bank conflicts (.work/fwd_banks_model.py), wavefronts a warp
+    Expected (shared-memory bound at 83.5% L1 throughput): 147 -> ~120-135 us graph-replayed.
+    Then bank conflicts (the bank model of FusedForward's docstring), wavefronts a warp
     instruction before -> after, instructions a tile: the c product's 128-bit W_C loads 8 -> 4
     (256; W_C pitch D -> _StateProduct.w_pitch = 24 where 2 CTAs an SM still fit with it),
-    W_C staging 4 -> 8 (32, +128): ~-900 of ~11k a tile, expected ~2-4% (138 -> ~133-135
-    us). Left: the scans' a|u reads and da|du stores (2-way, 160 a tile), W_C^T staging
-    (2-way, 128; a 16-rows x 2-float4 W_C staging mapping, conflict-free in both phases, cost
-    8 bytes of spills at 128 registers). dctx's dout and w loads are already 128-bit (LLVM
+    W_C staging 4 -> 8 (32, +128): ~-900 of ~11k a tile, expected ~2-4%. Measured (H200):
+    147 us (run 20261129T190653Z) -> 131 us (run 20261129T204705Z, both changes; 3.31x the
+    floor, target 1.5x); the wgmma change gained about half of its prediction, the layouts
+    about what theirs said (GPU check scripts, not committed). Left: the scans' a|u reads and
+    da|du stores (2-way, 160 a tile), W_C^T staging (2-way, 128; a 16-rows x 2-float4 W_C
+    staging mapping, conflict-free in both phases, cost 8 bytes of spills at 128 registers).
+    dctx's dout and w loads are already 128-bit (LLVM
     merges the 4 scalar reads), conflict-free.
     """
 
