@@ -99,9 +99,13 @@ def test_tf32_operands_are_rounded_once_where_staged(ptx):
     assert fed_by_cvt and not any(fed_by_cvt)
 
 
-def _wgmma_calls(text):
+def _assert_one_wgmma_per_k_step(text):
+    """a|u's m64n(2D)k8 wgmmas in the kernel's PTX: one per 8-wide K step of a chunk (the chunk
+    loop is not unrolled), each with 64 x 2D / 128 accumulator registers a thread."""
     D = mamba2.DEFAULTS["D"]
-    return re.findall(re.escape(TF32_WGMMA.format(n=2 * D)) + r" \{([^}]*)\}, (%rd\d+), (%rd\d+),", text)
+    calls = re.findall(re.escape(TF32_WGMMA.format(n=2 * D)) + r" \{([^}]*)\}, (%rd\d+), (%rd\d+),", text)
+    assert len(calls) == mamba2.CHUNK // 8
+    assert all(len(acc.split(",")) == 64 * 2 * D // 128 for acc, _, _ in calls)
 
 
 def test_tf32_backward_au_is_one_wgmma_group_per_chunk(ptx):
@@ -111,11 +115,8 @@ def test_tf32_backward_au_is_one_wgmma_group_per_chunk(ptx):
     # stores for the async proxy before the barrier that precedes the group; the group is
     # waited for before the chunk's closing barrier. dh_hist and dW stay mma.sync: 4 + 8 K
     # steps x 4 + 2 N repeats per chunk.
-    D = mamba2.DEFAULTS["D"]
     text = ptx["fused_backward_tf32"]
-    calls = _wgmma_calls(text)
-    assert len(calls) == mamba2.CHUNK // 8
-    assert all(len(acc.split(",")) == 64 * 2 * D // 128 for acc, _, _ in calls)
+    _assert_one_wgmma_per_k_step(text)
     assert text.count(TF32_MMA) == 16 + 16
     fence = text.index("fence.proxy.async.shared::cta")
     assert text.count("fence.proxy.async.shared::cta") == 1
@@ -132,11 +133,8 @@ def test_tf32_forward_au_is_one_wgmma_group_per_chunk(ptx):
     # (in the not-unrolled chunk loop), 64 x 2D / 128 accumulator registers a thread, and no
     # fragment loads: none of the mma.sync version's ld.shared.v2 (h_hist pairs) and, of the
     # chunk loop's shared loads, only the c product's (an h word and a W_C float4, 8 times).
-    D = mamba2.DEFAULTS["D"]
     text = ptx["fused_forward_tf32"]
-    calls = _wgmma_calls(text)
-    assert len(calls) == mamba2.CHUNK // 8
-    assert all(len(acc.split(",")) == 64 * 2 * D // 128 for acc, _, _ in calls)
+    _assert_one_wgmma_per_k_step(text)
     assert "ld.shared.v2" not in text
     # the chunk loop: the thread's 4 float4 of the h_hist chunk stored rounded (cvt.rna in
     # place), 128 bits at a time, then its h float4 (c's operand: FFMA, not rounded); then, in
