@@ -11,7 +11,7 @@ pytest.importorskip("cutlass")
 
 from foxcute import FoxcuteInputError  # noqa: E402
 from foxcute._arrays import Checker  # noqa: E402
-from foxcute.kernels import _cute, wgmma_probe  # noqa: E402
+from foxcute.kernels import _cute, _wgmma, wgmma_probe  # noqa: E402
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32"
 
@@ -33,7 +33,7 @@ def test_tf32_wgmma_reads_both_operands_from_shared_memory(ptx):
         # One m64nNk8 per 8-wide K step of a 32-wide chunk, in the (not unrolled) chunk loop;
         # operands: n/2 accumulator registers, then two 64-bit descriptors (SS, no registers).
         calls = re.findall(re.escape(WGMMA.format(n=n)) + r" \{([^}]*)\}, (%rd\d+), (%rd\d+),", text)
-        assert len(calls) == wgmma_probe.CHUNK // wgmma_probe.MMA_K, n
+        assert len(calls) == wgmma_probe.CHUNK // _wgmma.MMA_K, n
         for acc, _, _ in calls:
             assert len(acc.split(",")) == n // 2, n
         assert "mma.sync" not in text

@@ -92,6 +92,18 @@ def sw128_bytes(rows: int, cols: int) -> int:
     return 4 * rows * cols + ATOM_BYTES
 
 
+def mma_group(tiled: cute.TiledMma, acc: cute.Tensor, a: cute.Tensor, b: cute.Tensor,
+              a_at: tuple = (), b_at: tuple = ()) -> None:
+    """acc += A @ B^T over one chunk as one wgmma group, issued and committed, not waited for:
+    a, b are operand descriptors (MMA, 1, K steps, ...), the chunk's at the trailing
+    coordinates a_at / b_at (e.g. its stage); one m64nNk8 per K step. warpgroup.fence()
+    first orders the accumulator registers' earlier writes before the group."""
+    warpgroup.fence()
+    for k in range(cute.size(a, mode=[2])):
+        cute.gemm(tiled, acc, a[(None, None, k, *a_at)], b[(None, None, k, *b_at)], acc)
+    warpgroup.commit_group()
+
+
 def publish() -> None:
     """Make this thread's shared-memory stores visible to wgmma (the async proxy); a barrier
     must follow before any warp's wgmma reads them."""

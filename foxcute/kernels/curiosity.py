@@ -126,6 +126,11 @@ def row_block(f: int, h: int) -> int:
     return 64 if RowPass.smem_floats(64, f, h) * 4 <= SMEM_BUDGET else 32
 
 
+def partials_width(f: int, h: int, num_actions: int) -> int:
+    """Columns of the row pass's per-CTA partials: db2 [F] | db1 [H] | dW1a [H, A] | loss."""
+    return f + h * (num_actions + 1) + 1
+
+
 def partial_index(col, cta, num_ctas, width):
     """Where partial column `col` (of `width`) of CTA `cta` lives: chunk c = col // 4096 is a
     contiguous [num_ctas, width_c] array at c * num_ctas * 4096 (width_c = 4096 but the last)."""
@@ -372,7 +377,7 @@ class RowPass:
         # wherever z is computed less exactly than |z|, and each flip moves dz (and ds, dW1)
         # by a whole dh element. TF32 z flips ~1e-4 of the mask: ds rel. err ~9e-3, over the
         # 2e-3 budget; 3xTF32 z (~float32 exact) still flips ~1 entry in 1e6, and one flip
-        # at the defaults is ~2.5e-3 of ds (seed 12 on the H200; a third of random seeds).
+        # at the defaults is ~2.5e-3 of ds (seed 12 on the H200).
         # In fp32 mode even one flip (~1.4e-3) breaks the 1e-5 budget, so z is summed in
         # float64 there (products of float32 values are exact in float64). In TF32 mode that
         # would be 8192 DFMA a thread (32 entries x 256 terms: ~17 us an SM at Hopper's 64
@@ -394,7 +399,7 @@ class RowPass:
         self.threads = ROW_PASS_THREADS
         self.warps_m = 2
         self.warps_n = self.threads // 32 // self.warps_m
-        self.partial_width = f + h * (num_actions + 1) + 1  # db2 | db1 | dW1a [H, A] | loss
+        self.partial_width = partials_width(f, h, num_actions)
 
     @staticmethod
     def smem_floats(bm: int, f: int, h: int) -> int:
@@ -880,7 +885,7 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     f = s.shape[1]
     h, w1_cols = W1.shape
     num_actions = w1_cols - f
-    width = f + h * (num_actions + 1) + 1
+    width = partials_width(f, h, num_actions)
     r, ds, hid, dpred, dz, partials = row_pass_outputs(s, a, s_next, W1, b1, W2, b2, precision=precision)
     sums = sum_partials(partials, len(partials) // width, width)
 
@@ -907,7 +912,7 @@ def row_pass_outputs(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     row_pass = _compile_row_pass(f, h, num_actions, precision, action_dtype)
     bm = row_block(f, h)
     num_ctas = -(-batch // bm)
-    width = f + h * (num_actions + 1) + 1
+    width = partials_width(f, h, num_actions)
     r = _arrays.empty(s, (batch,))
     ds = _arrays.empty(s, (batch, f))
     hid = _arrays.empty(s, (batch, h))

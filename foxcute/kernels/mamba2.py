@@ -633,10 +633,7 @@ class FusedForward(_TileCopies):
                     # sA and sWt while the next chunk's loads are issued and c accumulates;
                     # waited for before the closing barrier, after which sA is overwritten
                     if mma_group:
-                        warpgroup.fence()
-                        for k in cutlass.range_constexpr(CHUNK // _wgmma.MMA_K):
-                            cute.gemm(tiled, acc, tCrA[None, None, k], tCrB[None, None, k, w_chunk], acc)
-                        warpgroup.commit_group()
+                        _wgmma.mma_group(tiled, acc, tCrA, tCrB, b_at=(w_chunk,))
                 if kc + 1 < n_chunks:  # next chunk's loads fly while this one is multiplied
                     self.fetch_chunk(mHist, mH, mWA, mWB, mWC, b0, n_samples, (kc + 1) * CHUNK,
                                      rHist, rH, rW, rWC)
@@ -951,10 +948,7 @@ class FusedBackward(_TileCopies):
                     # sHist and sWt while the next chunk's loads are issued and c, dctx
                     # accumulate; waited for before the closing barrier, after which sWt is rewritten
                     if mma_group:
-                        warpgroup.fence()
-                        for k in cutlass.range_constexpr(CHUNK // _wgmma.MMA_K):
-                            cute.gemm(tiled_au, acc, tCrA[None, None, k, kc], tCrB[None, None, k], acc)
-                        warpgroup.commit_group()
+                        _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,))
                 if kc + 1 < n_chunks:
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout, self.tf32)

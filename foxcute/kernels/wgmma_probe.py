@@ -2,14 +2,14 @@
 
     C [M, N] = A [M, K] @ B [N, K]^T       float32 in and out, TF32 products, float32 sums
 
-The test bed of kernels._wgmma (which the Mamba2 fused forward uses): a plain GEMM, checked
+The test bed of kernels._wgmma (which the Mamba2 fused kernels use): a plain GEMM, checked
 against NumPy on its own; not a layer kernel.
 
 What the CuTe DSL 4.8.1 gives, and what this file adds.
 - `cute.nvgpu.warpgroup` offers MmaF16BF16Op, MmaF8Op and MmaI8Op only. The MLIR atom under
   them (cute_nvgpu.MmaAtomSM90Type) takes TF32 operand types too and lowers them to
   `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32` (checked in the PTX), so
-  `_wgmma.MmaTF32Op` (now shared with the Mamba2 forward) is the F16/BF16 op with the types
+  `_wgmma.MmaTF32Op` (shared with the Mamba2 fused kernels) is the F16/BF16 op with the types
   and the instruction K changed: A and B TFloat32, a Float32 accumulator, K = 8 per
   instruction, both operands K-major (the only majorness PTX allows for tf32 wgmma) and read
   from shared memory through descriptors (SS).
@@ -56,7 +56,7 @@ from cutlass import Float32, Int32  # noqa: E402
 from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, empty  # noqa: E402
-from ._wgmma import MMA_K, allocate_sw128, publish, tiled_mma_tf32  # noqa: E402
+from ._wgmma import allocate_sw128, mma_group, publish, tiled_mma_tf32  # noqa: E402
 from .gemm import round_tf32  # noqa: E402
 
 THREADS = 128  # one warpgroup
@@ -131,10 +131,7 @@ class WgmmaTF32Matmul:
             self.stage(rB, sB[None, None, stage], self.n, tid)
             publish()  # my stores -> visible to wgmma (async proxy)
             cute.arch.barrier()  # everyone's stores are in
-            warpgroup.fence()
-            for k in cutlass.range_constexpr(CHUNK // MMA_K):
-                cute.gemm(tiled_mma, acc, tCrA[None, None, k, stage], tCrB[None, None, k, stage], acc)
-            warpgroup.commit_group()
+            mma_group(tiled_mma, acc, tCrA, tCrB, a_at=(stage,), b_at=(stage,))
             if kc + 1 < num_chunks:
                 self.fetch(mA, row0, (kc + 1) * CHUNK, rA, TILE_M, tid)
                 self.fetch(mB, 0, (kc + 1) * CHUNK, rB, self.n, tid)
