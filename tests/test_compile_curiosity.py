@@ -1,7 +1,9 @@
 """Curiosity's row pass compiled for sm_90a on the CPU (CI): no spills at the defaults and at
-the widest supported sizes, TF32 fragments by ldmatrix with no per-fragment conversion, and
-(where a SASS disassembler is installed) no epilogue global load waiting behind a global
-store."""
+the widest supported sizes, TF32 fragments by ldmatrix with no per-fragment conversion, the
+column-sum passes' shared loads ahead of their stores, and (where a SASS disassembler is
+installed) no epilogue global load waiting behind a global store, each chunk loop's first
+chunks issued before the epilogue of the loop before it, and the exact-sign recompute's
+loads of a group of z entries in flight together."""
 
 import importlib.util
 import os
@@ -45,6 +47,61 @@ def _disassembler() -> list[str] | None:
     return [cuobjdump, "-sass"] if cuobjdump else None
 
 
+def _sass(precision: str, tmp_path) -> str:
+    command = _disassembler()
+    if command is None:
+        pytest.skip("no SASS disassembler (nvdisasm / cuobjdump) installed")
+    cubin = tmp_path / f"row_pass_{precision}.cubin"
+    cubin.write_bytes(curiosity.compiled_for_ci()[f"row_pass_{precision}"].__cubin__)
+    return subprocess.run([*command, str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+def test_next_chunk_loop_starts_before_each_epilogue(precision, tmp_path):
+    """After each chunk loop's closing barrier, the next loop's first chunks (cp.async, LDGSTS)
+    are issued before the epilogue's first global store: their L2 round trip runs during the
+    epilogue instead of after it. Five such transitions at the defaults: z -> pred, pred's
+    two column tiles, pred -> dh, dh -> ds, ds's two column tiles (ds's last epilogue has
+    none after it). Before: the prologue came after the epilogue in every one."""
+    sass = _sass(precision, tmp_path)
+    starts = 0
+    for segment in re.split(r"\bBAR\.SYNC", sass):
+        ops = re.findall(r"\b(LDGSTS|STG)\.E", segment)
+        if "STG" in ops and "LDGSTS" in ops:
+            assert ops.index("LDGSTS") < ops.index("STG"), ops
+            starts += 1
+    assert starts == 5
+
+
+def test_column_sum_passes_load_rows_before_storing():
+    """TF32: the db2 and the db1 / per-action column-sum passes (the loop bodies that round
+    dpred / dz in place: COLSUM_ROWS cvt.rna each, no MMA) load all COLSUM_ROWS rows of a
+    block before the first rounded value is stored. ptxas keeps a shared load behind a store
+    it cannot tell apart, so the db1 pass before (load, sums, store, row by row) waited a
+    shared round trip a row."""
+    ptx = curiosity.compiled_for_ci()["row_pass_tf32"].__ptx__
+    passes = 0
+    for block in re.split(r"^\$L__BB\w+:", ptx, flags=re.M):
+        if "mma" in block or "cvt.rna.tf32.f32" not in block or "ld.shared" not in block:
+            continue
+        passes += 1
+        assert block.count("cvt.rna.tf32.f32") == curiosity.COLSUM_ROWS
+        ops = re.findall(r"^\s*(ld|st)\.shared", block, flags=re.M)
+        assert ops.index("st") >= curiosity.COLSUM_ROWS, "".join(op[0] for op in ops)
+    assert passes == 2
+
+
+def test_exact_z_group_loads_in_flight_together(tmp_path):
+    """TF32: the float64 recompute of near-zero z entries issues the s and W1s loads of a whole
+    group (exact_z_group(F) entries, F / 32 of each a lane) in the basic block before its first
+    float64 FMA: one memory round trip a group, where one entry at a time (before) paid one
+    each, in series in the warp with the most candidates."""
+    ops = re.findall(r"\b(LDG\.E|DFMA|BRA)\b", _sass("tf32", tmp_path))
+    first = ops.index("DFMA")
+    block = ops[max(i for i in range(first) if ops[i] == "BRA"):first]
+    assert block.count("LDG.E") >= curiosity.exact_z_group(256) * 2 * 256 // 32
+
+
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
 def test_epilogue_loads_are_not_serialized_behind_stores(precision, tmp_path):
     """Between two barriers, no global load may sit between two global stores: ptxas keeps
@@ -52,12 +109,7 @@ def test_epilogue_loads_are_not_serialized_behind_stores(precision, tmp_path):
     its operands (b1, W1's action columns, b2, s_next) with its output stores waits one
     memory round trip per element (the cause of most of the row pass's time before the
     operands were loaded up front)."""
-    command = _disassembler()
-    if command is None:
-        pytest.skip("no SASS disassembler (nvdisasm / cuobjdump) installed")
-    cubin = tmp_path / "row_pass.cubin"
-    cubin.write_bytes(curiosity.compiled_for_ci()[f"row_pass_{precision}"].__cubin__)
-    sass = subprocess.run([*command, str(cubin)], capture_output=True, text=True, check=True).stdout
+    sass = _sass(precision, tmp_path)
     assert "HMMA" in sass or precision == "fp32"
     segments = re.split(r"\bBAR\.SYNC", sass)
     assert len(segments) > 8  # the four products' chunk loops and the epilogues between them
@@ -71,12 +123,14 @@ def test_tf32_fragments_by_ldmatrix_and_rounded_once():
     for A's two 16-row blocks, 2 for B's four 8-column blocks; 6 chunk loops of 4 steps: z,
     pred's two column tiles, dh, ds's two column tiles), with no cvt.rna at a fragment: z's
     3xTF32 split is integer arithmetic, the weights come rounded from WeightPrep, and hid,
-    dpred and dz are rounded once where they are left in shared memory (32 + 8 + 4 unrolled
-    stores). Before: 448 cvt.rna, one per fragment element, and 439 scalar shared loads."""
+    dpred and dz are rounded once where they are left in shared memory (32 for hid, and
+    COLSUM_ROWS each for dpred and dz: their column-sum passes load that many rows, then
+    store them rounded). Before: 448 cvt.rna, one per fragment element, and 439 scalar shared
+    loads."""
     ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
     tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
     assert tf32.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * 4 * (2 + 2)
-    assert tf32.count("cvt.rna.tf32.f32") == 32 + 8 + 4
+    assert tf32.count("cvt.rna.tf32.f32") == 32 + 2 * curiosity.COLSUM_ROWS
     assert "ldmatrix" not in fp32 and "cvt.rna" not in fp32
     # WeightPrep: W2 and W1s rounded in TF32 mode only.
     assert ptx["weight_prep_tf32"].count("cvt.rna.tf32.f32") == 2 and "cvt.rna" not in ptx["weight_prep_fp32"]
@@ -96,16 +150,17 @@ def test_tf32_z_split_rounds_both_parts():
 def test_tf32_z_signs_near_zero_recomputed_in_float64():
     """TF32 z: an entry whose |z| is under the bound tau on its 3xTF32 error is summed again
     from exact float64 products (the float64 reference's relu mask). Pinned in the PTX: one
-    vote skipping it all per thread, a ballot per accumulator element (32: 64 x 128 over 256
-    threads), and per element a warp-wide float64 dot product, F / 32 = 8 fma.rn.f64 a lane;
+    vote per round of candidates (a lane's lowest left), one ballot of the lanes offering one,
+    and per group of exact_z_group(F) of them warp-wide float64 dot products, F / 32 = 8
+    fma.rn.f64 a lane each (before: a ballot per accumulator element, 32, and one entry a time);
     tau's factors: 4 row norms a thread (sqrt of squares summed from z's A fragments, 8 FFMAs
     per 8-wide k step), WeightPrep's W1s row norms. fp32 mode sums every z in float64 already
     and has none of it (its PTX is unchanged)."""
     ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
     tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
     assert tf32.count("vote.sync.any.pred") == 1
-    assert tf32.count("vote.sync.ballot.b32") == 32
-    assert tf32.count("fma.rn.f64") == 32 * 256 // 32
+    assert tf32.count("vote.sync.ballot.b32") == 1
+    assert tf32.count("fma.rn.f64") == curiosity.exact_z_group(256) * 256 // 32
     assert tf32.count("sqrt.rn.f32") == 4
     assert ptx["weight_prep_tf32"].count("sqrt.rn.f32") == 1
     assert "vote.sync" not in fp32 and "sqrt" not in fp32 and "sqrt" not in ptx["weight_prep_fp32"]

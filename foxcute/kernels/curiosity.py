@@ -22,7 +22,8 @@ Where the split is, and why (four launches and one small copy).
 - `RowPass` (one kernel) does everything that is row-local, for a block of `bm` rows per CTA
   (64 at the defaults: 128 CTAs of 8 warps): z, hid, pred, diff, r, dpred, dh, dz and ds,
   with z (then dz, in place) and dpred resident in shared memory between the four products;
-  only the weights and s stream through a 3-stage cp.async pipeline (gemm.mma_chunks). It
+  only the weights and s stream through a 3-stage cp.async pipeline (gemm.mma_chunks; each
+  loop's first chunks are issued before the previous loop's epilogue). It
   writes ds, r, and hid, dpred, dz for the weight gradients, and the CTA's partial column
   sums of dpred and dz (db2, db1), of dz per action (W1's action columns: the scatter-add of
   the one-hot is a per-action column sum) and of r / B (the loss).
@@ -43,7 +44,10 @@ Measured (H200 run 20261129T204705Z, step breakdown): WeightPrep 3.4 us, RowPass
 (38.0 us before z's exact signs, run 20261129T190653Z; 50.0 us before the prepared weights
 and ldmatrix fragments, run 20261129T164734Z, when the SASS counts predicted ~25 us),
 WeightGrad 24.4 us, column_sum 5.2 us; the layer 81.5 us graph-replayed (74.7 us before the
-exact signs). Still far from its 20 us target. WeightGrad (experiments on the H200, not
+exact signs). Still far from its 20 us target. RowPass's critical path, what bounds it and
+the options: see RowPass; the prologue prefetch, the early W1a loads, the grouped
+exact-sign recompute and the batched column-sum loads (predicted RowPass ~39-40 us) are not
+measured yet. WeightGrad (experiments on the H200, not
 committed): its fixed-order finisher is about an eighth of it; its main loop did not get
 shorter with more CTAs an SM, deeper staging, or larger output tiles (which halve the
 re-reads of hid, dpred, dz and s), so neither latency nor bytes alone bind it: its fragment
@@ -65,7 +69,7 @@ from cutlass.cutlass_dsl import T
 from .. import _arrays
 from . import _cute
 from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, mma_chunks, relu,
-                   round_tf32, rows_view, staging_by_rows, weight_grads_into)
+                   round_tf32, rows_view, staging_by_rows, start_chunks, weight_grads_into)
 
 MIN_WIDTH, MAX_WIDTH, WIDTH_MULTIPLE = 32, 512, 32  # F and H: whole CHUNKs of the reductions
 MAX_ACTIONS = 16
@@ -75,6 +79,8 @@ SMEM_BUDGET = 220 * 1024  # of the 227 KB a Hopper CTA may use
 COLSUM_WIDTH = 4096  # column_sum's widest input
 STAGE_W = MAX_N_TILE * (CHUNK + PAD)  # floats per weight stage: a [n, CHUNK] row block
 Z_ERROR_PER_B1 = 2.0**-23  # tau's b1 term (see z_error_per_norm)
+COLSUM_ROWS = 16  # rows of the row pass's shared-memory column sums loaded at once (bm: 32 or 64)
+EXACT_Z_LOADS = 64  # floats a lane loads for one group of z candidates summed in float64 at once
 
 
 def z_error_per_norm(f: int) -> float:
@@ -95,6 +101,17 @@ def z_error_per_norm(f: int) -> float:
     64 x 128), where a CPU emulation of the kernel's z (truncating MMAs) gives errors of at
     most ~1/50 of tau (rms ~1/300)."""
     return 2 * (1.5 * f + 13) * 2.0**-24
+
+
+def exact_z_group(f: int) -> int:
+    """z candidates a warp sums in float64 at once, their loads in flight together: up to 4,
+    as many as keep a lane's loads (2 F / 32 a candidate) within EXACT_Z_LOADS registers."""
+    return max(1, min(4, EXACT_Z_LOADS // (2 * f // 32)))
+
+
+def element_bit(i: int) -> int:
+    """Bit i of an Int32 mask (bit 31 is the sign bit)."""
+    return 1 << i if i < 31 else -(1 << 31)
 
 
 def n_tile(n: int, warps_n: int) -> int:
@@ -283,6 +300,76 @@ class WeightPrep:
 
 
 class RowPass:
+    """Everything row-local for `bm` rows a CTA (module docstring), in four chunk loops
+    (gemm.mma_chunks: a barrier per 32-wide k chunk, two chunks in flight by cp.async), each
+    followed by an epilogue between barriers.
+
+    Critical path of one CTA at the defaults (bm = 64, 8 warps as 2 x 4, 32 x 32 warp tiles;
+    SASS of the kernel before the changes below, instructions issued per warp):
+    - z (8 chunks of s and W1s): ~470 a chunk, ~3.7k in all: 96 HMMA (3xTF32), 16 ldmatrix
+      and ~250 integer/float instructions splitting the 64 A and B values (each A value is
+      split again by the 4 warps sharing its rows). Then ~480 of epilogue (b1, W1a, tau,
+      one vote) and, in a warp with a candidate, the float64 recompute.
+    - pred (2 column tiles x 4 chunks of W2): ~85 a chunk (32 HMMA, 16 ldmatrix); epilogues
+      ~450 a tile (with the next tile's s_next and b2 loads), r's row reduction (1 barrier).
+    - db2 partial column sums: one column a thread over 64 rows of sDp, ~570 (all warps).
+    - dh (8 chunks of W2^T): ~83 a chunk; epilogue ~220 (dz = dh * mask, 32 scalar LDS).
+    - db1 and per-action partial sums: ~1.2k a thread, but only threads < H (4 warps of 8):
+      one warp a scheduler, and each row's load waited behind the previous row's store of
+      its rounded dz (ptxas cannot tell the addresses apart): ~64 shared round trips.
+    - ds (2 tiles x 4 chunks of W1s^T): ~84 a chunk; epilogues ~130 (global stores only).
+    ~9-10k instructions a warp, ~40 barriers (32 chunk steps, 6 loop ends, 2 in epilogues),
+    1536 HMMA.1688 a warp (half of them z's 3xTF32). Dependent global round trips (~0.3-0.5
+    us each, ~0.5-0.8 us from DRAM): each of the 6 loop prologues (the first chunks were issued
+    only when the loop began, after the previous epilogue), z's W1a gather (after the
+    products), and in the exact-sign recompute one per candidate, in series: the slowest
+    warp of the one-wave grid (128 CTAs, ~5 candidates a CTA, Poisson ~0.6 a warp: about 4
+    in the worst of 1024 warps) pays ~4; that is most of the 4.7 us the recompute added.
+    Overlap: within a loop, the cp.async of chunks kc+1, kc+2 with chunk kc's MMAs; across
+    warps, 2 a scheduler. Nothing overlaps an epilogue but the other warps' epilogues.
+
+    What bounds it (ncu, before the exact signs: 7.54 cycles per issued instruction, issue
+    ~25% busy, L1 55%, L2 18%, DRAM 8%): latency, not a pipe. Per scheduler 2 warps, each
+    issuing ~9.5k instructions: ~19k issue cycles (~10 us at 1.9 GHz) against ~80k elapsed.
+    The two warps cannot hide: the tensor pipe's latency chains (a chunk is 4-12 dependent
+    HMMAs an accumulator, ~35 cycles each), the ldmatrix -> HMMA shared round trips, the
+    barrier per chunk (the slower of 8 warps sets each step), and the global round trips
+    above, where every warp waits at once. The tensor work itself: 12288 HMMA.1688 TF32 an
+    SM; at mma.sync's ~2 cycles each an SM (half of the 1024 FMA/clock TF32 peak, which only
+    wgmma reaches), ~25k cycles, ~13 us: a floor for any mma.sync version of this kernel.
+
+    Options, with predicted RowPass times (this project's predictions ran 1.5-2x optimistic;
+    the ranges include that):
+    (a) 2 CTAs an SM (16 warps): needs <= ~113 KB of shared memory and <= 128 registers a
+        thread. At bm = 64 the resident z and dpred tiles alone are 100 KB: impossible. At
+        bm = 32 with 2 stages (97 KB), the grid reads the 0.5 MB of weights 256 times: 128 MB
+        from L2, ~16 us at ~8 TB/s, before any latency: ~25-35 us. Not worth it.
+    (b) More independent work a warp: the next loop's first chunks issued before each
+        epilogue (5 round trips hidden), W1a and tau's norms loaded before z's products, the
+        exact-sign candidates summed in groups with their loads in flight together (one round
+        trip for up to 4), and the column-sum passes loading COLSUM_ROWS rows before storing
+        them rounded (the db1 pass: ~64 shared round trips -> 4). Predicted: ~4-6 us nominal,
+        ~2.5-3.5 us real: 42.7 -> ~39-40 us. This version does these four (bit-identical
+        results: no arithmetic or summation order changed). Further:
+        overlap each epilogue with the next tile's products (software pipelining across the
+        loop-end barrier; needs a second accumulator set, ~64 more registers: spills at 226
+        now), ~2-3 us more; column sums from the accumulators
+        (shuffles) instead of the serial db2/db1 passes: ~1-1.5 us (changes the summation
+        order, so not bit-identical to the current kernel).
+    (c) Persistent CTAs over 132 SMs: 8192 / 64 = 128 tiles, 4 SMs idle (3%); smaller tiles
+        only add weight re-reads. ~1 us at best.
+    (d) wgmma (kernels/_wgmma.py): TF32 at up to the full 1024 FMA/clock an SM (~6 us of
+        tensor work instead of ~13), asynchronous (epilogues and staging overlap the MMAs),
+        no ldmatrix or fragment registers: ~3k instructions a warp instead of ~10k. Needs
+        every operand K-major and 128B-swizzled in shared memory (the resident sZ, sDp and
+        the weight stages: swizzle instead of padding; the column-sum passes read through
+        the swizzle), z's 3xTF32 as three wgmma passes over hi / lo copies (s split once a
+        chunk by the CTA, W1s pre-split by WeightPrep: a fifth H x F array). Predicted
+        ~15-20 us; then the weight traffic (64 MB from L2 per launch, ~8 us at ~8 TB/s)
+        becomes the floor, lowered only by sharing weight chunks between CTAs (cluster TMA
+        multicast) or larger row blocks. The largest gain, and a rewrite of the kernel.
+    """
+
     def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
         self.f, self.h, self.num_actions = f, h, num_actions
         self.mode = MODE[precision]
@@ -318,6 +405,34 @@ class RowPass:
     def smem_floats(bm: int, f: int, h: int) -> int:
         return STAGES * (bm * (CHUNK + PAD) + STAGE_W) + bm * (h + PAD) + bm * (f + PAD) + 2 * bm + 4 * bm
 
+    def products(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW2v: cute.Tensor, mW2tv: cute.Tensor,
+                 mW1stv: cute.Tensor, batch: Int32, row0: Int32, sS3: cute.Tensor, sS: cute.Tensor,
+                 sWraw: cute.Tensor) -> list:
+        """The streamed operands of every chunk loop, in the order the row pass runs them:
+        [(A (None: resident), B, chunks)] for z's column tiles (s, W1s), then pred's (W2),
+        dh's (W2^T) and ds's (W1s^T). Each loop's first chunks are issued (start_chunks) as
+        soon as the loop before it has finished with the staging buffers, before that loop's
+        epilogue: their latency (an L2 round trip) hides behind the epilogue instead of
+        stalling the start of the next loop."""
+        f, h, t = self.f, self.h, self.threads
+        out = []
+        for n, k, mW in ((h, f, mW1sv), (f, h, mW2v), (h, f, mW2tv), (f, h, mW1stv)):
+            bn = n_tile(n, self.warps_n)
+            stage3, view = rows_view(sWraw, bn, 4, STAGE_W)
+            for nt in range(n // bn):
+                a = Operand(mS, batch, row0, 0, f // 4, self.bm, CHUNK // 4, 4, False, sS3, sS,
+                            threads=t) if mW is mW1sv else None
+                out.append((a, Operand(mW, n, nt * bn, 0, k // 4, bn, CHUNK // 4, 4, False, stage3, view,
+                                       threads=t), k // CHUNK))
+        return out
+
+    @staticmethod
+    def start_next(tid: Int32, products: list, p: int) -> None:
+        """Issue the first chunks of chunk loop p + 1 (none after the last)."""
+        if p + 1 < len(products):
+            a, b, chunks = products[p + 1]
+            start_chunks(tid, chunks, a, b)
+
     def multiply(self, tiled_mma: cute.TiledMma, tid: Int32, split: bool = False, row_sq=None):
         """mma_chunks' chunk product: TF32 by matrix_tile_mma; fp32 by gemm.tile_mma (None)."""
         if self.precision == "tf32":
@@ -326,22 +441,34 @@ class RowPass:
 
     @cute.jit
     def exact_z(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
-                act: Int32, row: Int32, col: Int32, lane: Int32) -> Float64:
-        """z[row, col] summed in float64 from exact products (float32 x float32 fits in a
-        float64), as the fp32 mode's ffma64 z: called by a whole warp with the same (row, col),
-        lane l taking k = l + 32 m (coalesced loads of s's row and W1s's), its terms summed in
-        k order, the lanes' sums in a fixed butterfly. Every lane gets the same bits (each
-        butterfly addition is the same two operands, swapped)."""
-        acc = Float64(0.0)
-        for m in cutlass.range_constexpr(self.f // 32):
-            k4 = lane // 4 + 8 * m
-            acc = acc + Float64(mS[row, k4, lane % 4]) * Float64(mW1sv[col, k4, lane % 4])
-        for offset in (16, 8, 4, 2, 1):
-            acc = acc + cute.arch.shuffle_sync_bfly(acc, offset=offset)
-        acc = acc + Float64(mB1[col])
-        if act >= 0:
-            acc = acc + Float64(mW1[col, self.f + act])
-        return acc
+                acts: list, rows: list, cols: list, lane: Int32) -> list:
+        """z[rows[j], cols[j]] (action acts[j]) for each j, summed in float64 from exact products
+        (float32 x float32 fits in a float64), as the fp32 mode's ffma64 z: called by a whole
+        warp with the same arguments, lane l taking k = l + 32 m (coalesced loads of s's row
+        and W1s's), its terms summed in k order, the lanes' sums in a fixed butterfly. Every
+        lane gets the same bits (each butterfly addition is the same two operands, swapped).
+        The entries' loads are independent: one memory round trip for all of them."""
+        # All loads first, no branch among them (W1's action column read at action 0 for a row
+        # with none, and not added): ptxas does not hoist a load above a branch.
+        s_vals, w_vals, b1_vals, w1a_vals = [], [], [], []
+        for j in cutlass.range_constexpr(len(rows)):
+            for m in cutlass.range_constexpr(self.f // 32):
+                k4 = lane // 4 + 8 * m
+                s_vals.append(mS[rows[j], k4, lane % 4])
+                w_vals.append(mW1sv[cols[j], k4, lane % 4])
+            b1_vals.append(mB1[cols[j]])
+            w1a_vals.append(mW1[cols[j], self.f + cutlass.max(acts[j], Int32(0))])
+        out = []
+        for j in cutlass.range_constexpr(len(rows)):
+            acc = Float64(0.0)
+            for m in cutlass.range_constexpr(self.f // 32):
+                acc = acc + Float64(s_vals[j * (self.f // 32) + m]) * Float64(w_vals[j * (self.f // 32) + m])
+            for offset in (16, 8, 4, 2, 1):
+                acc = acc + cute.arch.shuffle_sync_bfly(acc, offset=offset)
+            acc = acc + Float64(b1_vals[j])
+            with_action = acc + Float64(w1a_vals[j])
+            out.append(with_action if acts[j] >= 0 else acc)
+        return out
 
     @cute.jit
     def exact_sign_epilogue(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
@@ -356,33 +483,55 @@ class RowPass:
         sZ <- hid rounded to TF32 (pred's A operand, rounded once here rather than at each of
         the warps_n warps' fragment loads; hid > 0 exactly where z > 0: TF32 has float32's
         exponents, only a z below 2^-137 rounds to 0; so it is dz's mask too).
-        Candidates are rare (~5e-4 of the entries): one vote per thread skips the recompute
-        where the warp has none; otherwise per fragment element a ballot, and the warp sums
-        each of its lanes' candidates together. Entries not recomputed keep their bits."""
+        Candidates are rare (~5e-4 of the entries, ~0.6 a warp, up to ~4 in the worst of the
+        1024 warps at the defaults) and each costs a memory round trip, which the slowest
+        warp of the one-wave grid pays in series: so they are summed in groups of
+        exact_z_group(F) (4 at F <= 256), their loads in flight together. Each lane keeps a
+        mask of its candidates; per round every lane with one left offers its lowest, and the
+        warp sums the offered ones in groups, in lane order. Entries not recomputed keep their bits."""
         num_mi = cute.size(acc1, mode=[1])
-        need = Int32(0)
+        assert cute.size(acc1) <= 32  # one mask bit per element: bm * bn1 <= 32 * threads
+        need = Int32(0)  # bit i: element i is a candidate
         for i in cutlass.range_constexpr(cute.size(acc1)):
             r = cC1[i][0]
             z_wide = acc1[i] + b1_frag[i]
             if sActs[r] >= 0:
                 z_wide = z_wide + w1a_frag[i]
             hid_frag[i] = z_wide
-            need = need | Int32(self.z_unsure(hid_frag, b1_frag, row_norm, col_tau, i, num_mi, row0 + r < batch))
-        if cute.arch.vote_any_sync(need != 0):
+            unsure = self.z_unsure(hid_frag, b1_frag, row_norm, col_tau, i, num_mi, row0 + r < batch)
+            need = need | (Int32(unsure) << i)
+        while cute.arch.vote_any_sync(need != 0):
+            mine = need & (Int32(0) - need)  # this lane's lowest candidate (0: none)
+            need = need ^ mine
+            row = Int32(0)
+            col = Int32(0)
             for i in cutlass.range_constexpr(cute.size(acc1)):
-                r = cC1[i][0]
-                col = col0 + cC1[i][1]
-                lanes = cute.arch.vote_ballot_sync(
-                    self.z_unsure(hid_frag, b1_frag, row_norm, col_tau, i, num_mi, row0 + r < batch))
-                while lanes != 0:
-                    lowest = lanes & (Int32(0) - lanes)
-                    lanes = lanes ^ lowest
-                    src = Int32(31) - Int32(cute.arch.clz(lowest))
-                    r_src = cute.arch.shuffle_sync(r, src)
-                    z = self.exact_z(mS, mW1sv, mW1, mB1, sActs[r_src], row0 + r_src,
-                                     cute.arch.shuffle_sync(col, src), lane)
-                    if lane == src:
-                        hid_frag[i] = Float32(z)
+                if mine == Int32(element_bit(i)):
+                    row = cC1[i][0]
+                    col = col0 + cC1[i][1]
+            act = sActs[row]
+            z_mine = Float64(0.0)
+            lanes = cute.arch.vote_ballot_sync(mine != 0)
+            while lanes != 0:
+                srcs = []
+                for j in cutlass.range_constexpr(exact_z_group(self.f)):
+                    # The lowest lane left; past the last, the group's last again (summed twice,
+                    # the same bits: every slot is a real candidate).
+                    src = Int32(31) - Int32(cute.arch.clz(lanes & (Int32(0) - lanes)))
+                    if cutlass.const_expr(j > 0):
+                        if lanes == 0:
+                            src = srcs[j - 1]
+                    lanes = lanes & (lanes - Int32(1))
+                    srcs.append(src)
+                zs = self.exact_z(mS, mW1sv, mW1, mB1, [cute.arch.shuffle_sync(act, x) for x in srcs],
+                                  [row0 + cute.arch.shuffle_sync(row, x) for x in srcs],
+                                  [cute.arch.shuffle_sync(col, x) for x in srcs], lane)
+                for j in cutlass.range_constexpr(exact_z_group(self.f)):
+                    if lane == srcs[j]:
+                        z_mine = zs[j]
+            for i in cutlass.range_constexpr(cute.size(acc1)):
+                if mine == Int32(element_bit(i)):
+                    hid_frag[i] = Float32(z_mine)
         for i in cutlass.range_constexpr(cute.size(acc1)):
             hid_frag[i] = relu(hid_frag[i])
             sZ[cC1[i][0], col0 + cC1[i][1]] = round_tf32(hid_frag[i])
@@ -456,17 +605,18 @@ class RowPass:
 
         tiled_mma = _mma_atom(self.warps_m, self.warps_n)
         thr = tiled_mma.get_slice(tid)
+        products = self.products(mS, mW1sv, mW2v, mW2tv, mW1stv, batch, row0, sS3, sS, sWraw)
 
         # ---- Phase 1: z = s @ W1s^T + b1 + W1a[:, a] -> sZ; hid = relu(z) -> global.
         bn1 = n_tile(h, self.warps_n)
-        sW1_3, sW1 = rows_view(sWraw, bn1, 4, STAGE_W)
         cC1 = thr.partition_C(cute.make_identity_tensor((bm, bn1)))
         acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn1)), self.z_dtype)
         # The epilogues' global operands are all loaded before the first store: the compiler
         # keeps global loads after possibly aliasing global stores, so loads interleaved with
-        # the hid / dpred stores would each wait their own round trip. b1 is loaded before
-        # the products (its latency hides behind them); W1's action columns right after
-        # them, once the products' barriers have made sActs visible.
+        # the hid / dpred stores would each wait their own round trip. b1, W1's action columns
+        # (gathered by the rows' actions, read from global: sActs is not visible before the
+        # products' first barrier) and tau's column factors are loaded before the products:
+        # their latency (two round trips for the gather) hides behind them.
         b1_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
         w1a_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
         hid_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
@@ -477,25 +627,19 @@ class RowPass:
             row_norm.fill(0.0)
             col_tau = cute.make_rmem_tensor((2, cute.size(acc1, mode=[2])), Float32)
             mNorms = cute.make_tensor(mW1sv.iterator + 4 * f * h, cute.make_layout(h))
+        # The actions of the thread's accumulator rows (v1, mi); -1 past the batch.
+        row_acts = cute.make_rmem_tensor((2, cute.size(acc1, mode=[1])), Int32)
+        for mi in cutlass.range_constexpr(cute.size(acc1, mode=[1])):
+            for v1 in cutlass.range_constexpr(2):
+                row_acts[v1, mi] = Int32(-1)
+                if row0 + cC1[(0, v1), mi, 0][0] < batch:
+                    row_acts[v1, mi] = Int32(mAct[row0 + cC1[(0, v1), mi, 0][0]])
         for nt in cutlass.range_constexpr(h // bn1):
             for i in cutlass.range_constexpr(cute.size(acc1)):
                 b1_frag[i] = mB1[nt * bn1 + cC1[i][1]]
-            acc1.fill(0.0)
-            row_sq = row_norm if cutlass.const_expr(self.exact_signs and nt == 0) else None
-            mma_chunks(tiled_mma, tid, acc1, self.mode_z, f // CHUNK,
-                       Operand(mS, batch, row0, 0, f // 4, bm, CHUNK // 4, 4, False, sS3, sS,
-                               threads=self.threads),
-                       Operand(mW1sv, h, nt * bn1, 0, f // 4, bn1, CHUNK // 4, 4, False, sW1_3, sW1,
-                               threads=self.threads),
-                       multiply=self.multiply(tiled_mma, tid, split=True, row_sq=row_sq))
-            if cutlass.const_expr(row_sq is not None):
-                for i in cutlass.range_constexpr(cute.size(row_norm)):
-                    sq = row_norm[i]
-                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
-                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
-                    row_norm[i] = cute.math.sqrt(sq)
             for i in cutlass.range_constexpr(cute.size(acc1)):
-                act = sActs[cC1[i][0]]
+                # element i = ((v0, v1), mi, ni): row (v1, mi) = (i // 2 % 2, i // 4 % num_mi)
+                act = row_acts[i // 2 % 2, i // 4 % cute.size(acc1, mode=[1])]
                 w1a_frag[i] = Float32(0.0)
                 if act >= 0:
                     w1a_frag[i] = mW1[nt * bn1 + cC1[i][1], f + act]
@@ -503,6 +647,19 @@ class RowPass:
                 for ni in cutlass.range_constexpr(cute.size(col_tau, mode=[1])):
                     for v0 in cutlass.range_constexpr(2):
                         col_tau[v0, ni] = Float32(z_error_per_norm(f)) * mNorms[nt * bn1 + cC1[(v0, 0), 0, ni][1]]
+            acc1.fill(0.0)
+            row_sq = row_norm if cutlass.const_expr(self.exact_signs and nt == 0) else None
+            z_s, z_w, _ = products[nt]
+            mma_chunks(tiled_mma, tid, acc1, self.mode_z, f // CHUNK, z_s, z_w,
+                       multiply=self.multiply(tiled_mma, tid, split=True, row_sq=row_sq), started=nt > 0)
+            self.start_next(tid, products, nt)
+            if cutlass.const_expr(row_sq is not None):
+                for i in cutlass.range_constexpr(cute.size(row_norm)):
+                    sq = row_norm[i]
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+                    row_norm[i] = cute.math.sqrt(sq)
+            if cutlass.const_expr(self.exact_signs):
                 self.exact_sign_epilogue(mS, mW1sv, mW1, mB1, sActs, sZ, cC1, acc1, b1_frag, w1a_frag,
                                          hid_frag, row_norm, col_tau, row0, nt * bn1, batch, tid % 32)
             else:
@@ -524,7 +681,7 @@ class RowPass:
 
         # ---- Phase 2: pred = relu(z) @ W2^T + b2; diff, r, dpred -> sDp and global.
         bn2 = n_tile(f, self.warps_n)
-        sW2_3, sW2 = rows_view(sWraw, bn2, 4, STAGE_W)
+        p2 = h // bn1  # index of pred's first chunk loop in `products`
         cC2 = thr.partition_C(cute.make_identity_tensor((bm, bn2)))
         acc2 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn2)))
         num_mi = cute.size(acc2, mode=[1])
@@ -548,10 +705,9 @@ class RowPass:
                             if row0 + r < batch:
                                 s_next_frag[(v0, v1), mi, ni] = mSn[row0 + r, nt * bn2 + cC2[(v0, v1), mi, ni][1]]
             acc2.fill(0.0)
-            mma_chunks(tiled_mma, tid, acc2, self.mode, h // CHUNK, None,
-                       Operand(mW2v, f, nt * bn2, 0, h // 4, bn2, CHUNK // 4, 4, False, sW2_3, sW2,
-                               threads=self.threads),
-                       a_resident=sZ, a_relu=True, multiply=self.multiply(tiled_mma, tid))
+            mma_chunks(tiled_mma, tid, acc2, self.mode, h // CHUNK, None, products[p2 + nt][1],
+                       a_resident=sZ, a_relu=True, multiply=self.multiply(tiled_mma, tid), started=True)
+            self.start_next(tid, products, p2 + nt)
             for mi in cutlass.range_constexpr(num_mi):
                 for v1 in cutlass.range_constexpr(2):
                     r = cC2[(0, v1), mi, 0][0]
@@ -591,27 +747,33 @@ class RowPass:
         # ---- Partial column sums of dpred (db2), in row order, from the exact values; in
         # TF32 each is then left rounded in place: dh's A operand, rounded once rather than at
         # each of the warps_n warps' fragment loads (mma_chunks' barrier orders it before them).
+        # COLSUM_ROWS rows are loaded before any of their rounded values is stored: ptxas keeps
+        # a shared load after a shared store it cannot tell apart, so a load-add-store loop
+        # waits one shared round trip a row.
         pw = self.partial_width
+        col_vals = cute.make_rmem_tensor(COLSUM_ROWS, Float32)
         for col in cutlass.range(tid, f, self.threads, unroll=1):
             acc = Float32(0.0)
-            for r in cutlass.range(bm, unroll=8):
-                dp = sDp[r, col]
-                acc = acc + dp
+            for r0 in cutlass.range(0, bm, COLSUM_ROWS, unroll=1):
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    col_vals[k] = sDp[r0 + k, col]
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    acc = acc + col_vals[k]
                 if cutlass.const_expr(self.precision == "tf32"):
-                    sDp[r, col] = round_tf32(dp)
+                    for k in cutlass.range_constexpr(COLSUM_ROWS):
+                        sDp[r0 + k, col] = round_tf32(col_vals[k])
             mPart[partial_index(col, cta, num_ctas, pw)] = acc
 
         # ---- Phase 3: dh = dpred @ W2; dz = dh * (z > 0) -> sZ (in place) and global.
         bn3 = n_tile(h, self.warps_n)
-        sW2t_3, sW2t = rows_view(sWraw, bn3, 4, STAGE_W)
+        p3 = p2 + f // bn2
         cC3 = thr.partition_C(cute.make_identity_tensor((bm, bn3)))
         acc3 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn3)))
         for nt in cutlass.range_constexpr(h // bn3):
             acc3.fill(0.0)
-            mma_chunks(tiled_mma, tid, acc3, self.mode, f // CHUNK, None,
-                       Operand(mW2tv, h, nt * bn3, 0, f // 4, bn3, CHUNK // 4, 4, False, sW2t_3, sW2t,
-                               threads=self.threads),
-                       a_resident=sDp, multiply=self.multiply(tiled_mma, tid))
+            mma_chunks(tiled_mma, tid, acc3, self.mode, f // CHUNK, None, products[p3 + nt][1],
+                       a_resident=sDp, multiply=self.multiply(tiled_mma, tid), started=True)
+            self.start_next(tid, products, p3 + nt)
             for i in cutlass.range_constexpr(cute.size(acc3)):
                 r = cC3[i][0]
                 col = nt * bn3 + cC3[i][1]
@@ -627,17 +789,22 @@ class RowPass:
         # one pass over the rows (1 + A independent sums, each in row order), not 1 + A
         # dependent passes; TF32: dz is then left rounded in place, ds's A operand (as dpred).
         acc_act = cute.make_rmem_tensor(na, Float32)
+        block_acts = cute.make_rmem_tensor(COLSUM_ROWS, Int32)
         for col in cutlass.range(tid, h, self.threads, unroll=1):
             acc = Float32(0.0)
             acc_act.fill(0.0)
-            for r in cutlass.range(bm, unroll=4):
-                dz = sZ[r, col]
-                act = sActs[r]
-                acc = acc + dz
-                for j in cutlass.range_constexpr(na):
-                    acc_act[j] = acc_act[j] + (dz if act == j else Float32(0.0))
+            for r0 in cutlass.range(0, bm, COLSUM_ROWS, unroll=1):
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    col_vals[k] = sZ[r0 + k, col]
+                    block_acts[k] = sActs[r0 + k]
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    dz = col_vals[k]
+                    acc = acc + dz
+                    for j in cutlass.range_constexpr(na):
+                        acc_act[j] = acc_act[j] + (dz if block_acts[k] == j else Float32(0.0))
                 if cutlass.const_expr(self.precision == "tf32"):
-                    sZ[r, col] = round_tf32(dz)
+                    for k in cutlass.range_constexpr(COLSUM_ROWS):
+                        sZ[r0 + k, col] = round_tf32(col_vals[k])
             mPart[partial_index(f + col, cta, num_ctas, pw)] = acc
             for j in cutlass.range_constexpr(na):
                 mPart[partial_index(f + h + col * na + j, cta, num_ctas, pw)] = acc_act[j]
@@ -649,15 +816,14 @@ class RowPass:
 
         # ---- Phase 4: ds = dz @ W1s -> global.
         bn4 = n_tile(f, self.warps_n)
-        sW1t_3, sW1t = rows_view(sWraw, bn4, 4, STAGE_W)
+        p4 = p3 + h // bn3
         cC4 = thr.partition_C(cute.make_identity_tensor((bm, bn4)))
         acc4 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn4)))
         for nt in cutlass.range_constexpr(f // bn4):
             acc4.fill(0.0)
-            mma_chunks(tiled_mma, tid, acc4, self.mode, h // CHUNK, None,
-                       Operand(mW1stv, f, nt * bn4, 0, h // 4, bn4, CHUNK // 4, 4, False, sW1t_3, sW1t,
-                               threads=self.threads),
-                       a_resident=sZ, multiply=self.multiply(tiled_mma, tid))
+            mma_chunks(tiled_mma, tid, acc4, self.mode, h // CHUNK, None, products[p4 + nt][1],
+                       a_resident=sZ, multiply=self.multiply(tiled_mma, tid), started=True)
+            self.start_next(tid, products, p4 + nt)
             for i in cutlass.range_constexpr(cute.size(acc4)):
                 r = cC4[i][0]
                 if row0 + r < batch:

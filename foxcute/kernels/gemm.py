@@ -232,16 +232,34 @@ def columns_view(raw: cute.Tensor, cols: int, vec: int, stage_stride: int) -> tu
 
 
 @cute.jit
+def start_chunks(tid: Int32, num_chunks: Int32, a: Operand, b: Operand):
+    """mma_chunks' prologue: issue its first STAGES - 1 chunks of a (None: A is resident) and
+    b, one commit group per chunk (empty past the end), so "all but the newest STAGES - 2
+    groups are complete" always means "chunk kc has landed". The staging buffers must be
+    free (no thread still reading them: after mma_chunks' closing barrier)."""
+    for kc in cutlass.range_constexpr(STAGES - 1):
+        if kc < num_chunks:
+            if cutlass.const_expr(a is not None):
+                issue_chunk(*a.tensors[:2], *a.ints, *a.static, kc, kc, tid)
+            issue_chunk(*b.tensors[:2], *b.ints, *b.static, kc, kc, tid)
+        cute.arch.cp_async_commit_group()
+
+
+@cute.jit
 def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cutlass.Constexpr,
                num_chunks: Int32, a: Operand, b: Operand, a_resident: cute.Tensor = None,
-               a_relu: cutlass.Constexpr = False, after_chunk=None, multiply=None):
+               a_relu: cutlass.Constexpr = False, after_chunk=None, multiply=None,
+               started: cutlass.Constexpr = False):
     """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over STAGES shared
     buffers: chunks kc+1 and kc+2 are in flight (cp.async) while chunk kc is multiplied. A is
     streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
     streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
     column sum of the staged operand). multiply(sA_chunk, sB_chunk, acc), if given, does a
     chunk's products in place of tile_mma (a caller's own fragment path; mode and a_relu are
-    then unused). Ends with a barrier: the buffers are free again."""
+    then unused). started: the caller has already issued the first chunks (start_chunks with
+    the same operands, no other cp.async group committed since), e.g. before an epilogue
+    that does not touch the staging buffers, so their latency hides behind it. Ends with a
+    barrier: the buffers are free again."""
     b_mX, b_stage3, b_view = b.tensors
     b_num_rows, b_row0, b_vec0, b_num_vecs = b.ints
     b_rows, b_vecs, b_vec, b_along_rows, b_threads = b.static
@@ -257,16 +275,8 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
     if cutlass.const_expr(not streamed_a):
         a_rows_resident = cute.size(a_resident, mode=[0])
 
-    # One commit group per chunk (empty past the end), so "all but the newest STAGES - 2
-    # groups are complete" always means "chunk kc has landed".
-    for kc in cutlass.range_constexpr(STAGES - 1):
-        if kc < num_chunks:
-            if cutlass.const_expr(streamed_a):
-                issue_chunk(a_mX, a_stage3, a_num_rows, a_row0, a_vec0, a_num_vecs, a_rows, a_vecs, a_vec,
-                            a_along_rows, a_threads, kc, kc, tid)
-            issue_chunk(b_mX, b_stage3, b_num_rows, b_row0, b_vec0, b_num_vecs, b_rows, b_vecs, b_vec,
-                        b_along_rows, b_threads, kc, kc, tid)
-        cute.arch.cp_async_commit_group()
+    if cutlass.const_expr(not started):
+        start_chunks(tid, num_chunks, a, b)
     for kc in cutlass.range(num_chunks, unroll=1):
         cute.arch.cp_async_wait_group(STAGES - 2)
         # Chunk kc is visible to all, and everyone has finished chunk kc - 1: its buffer
