@@ -40,19 +40,14 @@ Where the split is, and why (four launches and one small copy).
 - Every batch reduction is per-CTA partials added in a fixed order: bit-identical from run
   to run, no float atomics.
 
-Measured (H200 run 20261129T204705Z, step breakdown): WeightPrep 3.4 us, RowPass 42.7 us
-(38.0 us before z's exact signs, run 20261129T190653Z; 50.0 us before the prepared weights
-and ldmatrix fragments, run 20261129T164734Z, when the SASS counts predicted ~25 us),
-WeightGrad 24.4 us, column_sum 5.2 us; the layer 81.5 us graph-replayed (74.7 us before the
-exact signs). Still far from its 20 us target. RowPass's critical path, what bounds it and
-the options: see RowPass; the prologue prefetch, the early W1a loads, the grouped
-exact-sign recompute and the batched column-sum loads (predicted RowPass ~39-40 us) are not
-measured yet. WeightGrad (experiments on the H200, not
-committed): its fixed-order finisher is about an eighth of it; its main loop did not get
-shorter with more CTAs an SM, deeper staging, or larger output tiles (which halve the
-re-reads of hid, dpred, dz and s), so neither latency nor bytes alone bind it: its fragment
-path is the suspect (every element loaded by a scalar ld.shared down a transposed view and
-converted as it is loaded). The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
+Measured (H200 run 20261129T223000Z, step breakdown): WeightPrep 3.3 us, RowPass 38.5 us
+(42.7 us before the latency overlap of RowPass (b), run 20261129T204705Z, which predicted
+~39-40; 38.0 us before z's exact signs, run 20261129T190653Z; 50.0 us before the prepared
+weights and ldmatrix fragments, run 20261129T164734Z, when the SASS counts predicted ~25 us),
+WeightGrad 24.5 us, column_sum 5.1 us; the layer 75.8 us graph-replayed (81.5 us before the
+overlap). Still far from its 20 us target; RowPass's critical path, what bounds it and the
+options: see RowPass; what binds WeightGrad: see gemm.WeightGrad.
+The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
 """
 
 from __future__ import annotations
@@ -350,7 +345,11 @@ class RowPass:
         trip for up to 4), and the column-sum passes loading COLSUM_ROWS rows before storing
         them rounded (the db1 pass: ~64 shared round trips -> 4). Predicted: ~4-6 us nominal,
         ~2.5-3.5 us real: 42.7 -> ~39-40 us. This version does these four (bit-identical
-        results: no arithmetic or summation order changed). Further:
+        results: no arithmetic or summation order changed); measured 38.5 us (H200 run
+        20261129T223000Z, step breakdown), a little better than predicted. Its epilogues
+        are on the critical path: converting hid, dpred and dz to TF32 before their global
+        stores (~100 cvt.rna a thread, an experiment for WeightGrad) made it clearly slower
+        (H200, not committed). Further:
         overlap each epilogue with the next tile's products (software pipelining across the
         loop-end barrier; needs a second accumulator set, ~64 more registers: spills at 226
         now), ~2-3 us more; column sums from the accumulators

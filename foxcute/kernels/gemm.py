@@ -7,9 +7,11 @@ N and K up to 512, with the epilogues those layers need fused in.
 Why it is built this way.
 - Every shape here is memory-bound (e.g. [65536 x 256] @ [256 x 32]: 64 MB read for 1 GFLOP),
   so what counts is reading A once with 128-bit coalesced loads and keeping the small
-  operand in shared memory. Hopper's wgmma takes no TF32 in CuTe DSL 4.8.1, so the tensor
-  core path is the warp-level mma.sync m16n8k8 TF32 (precision "tf32", the default); "fp32"
-  runs the same tiles with FFMA on the same accumulator layout, so epilogues are shared.
+  operand in shared memory. The tensor core path is the warp-level mma.sync m16n8k8 TF32
+  (precision "tf32", the default): TF32 wgmma (kernels/_wgmma.py, the Mamba2 kernels') takes
+  K-major operands only, which the weight gradients' are not (see WeightGrad for a wgmma
+  version that was measured and not kept). "fp32" runs the same tiles with FFMA on the same
+  accumulator layout, so epilogues are shared.
 - Operands stream global -> shared memory with cp.async (16-byte copies when the row length
   is a multiple of 4, else 4-byte ones, chosen statically) in K-chunks of 32 through a
   3-stage buffer, so two chunks are in flight while one is multiplied (`mma_chunks`). Rows
@@ -428,7 +430,24 @@ class WeightGrad:
     partials in CTA order c = 0, 1, ... and writes dW (and db). The order is fixed, so the
     result is bit-identical from run to run, and no second launch is needed (the pattern of
     kernels.column_sum; at these widths, 4096-column column_sum calls would be 8-16 launches).
-    The finishing CTA resets the ticket for the next launch or graph replay."""
+    The finishing CTA resets the ticket for the next launch or graph replay.
+
+    Where the time goes (H200, curiosity's pair at the defaults: 24.5 us in the step breakdown
+    of run 20261129T223000Z) is still open. Experiments (not committed): the fixed-order
+    finish is about an eighth of it; the main loop got no shorter with more CTAs an SM (twice
+    the CTAs over the batch: slower), deeper staging, or larger output tiles (which halve the
+    operand re-reads). An ncu profile of the pair: 128 CTAs of 4 warps, one warp a scheduler,
+    low DRAM and L2 throughput, warps mostly stalled on fixed-latency dependencies. In the
+    SASS a TF32 product costs ~11 instructions (2 scalar ld.shared down the transposed views;
+    2 conversions, each an FSETP for non-finite values and a predicated IADD, repeated by
+    every warp that reads the element; the cp.async address and bounds arithmetic). But
+    taking the conversions out (curiosity's row pass storing hid, dpred, dz rounded: a
+    quarter of the pair's conversions left, every output bit-identical) gained only a small
+    part of what that count predicted, so the instruction stream does not bind either. A
+    wgmma version (operands restaged transposed into 128B-swizzled K-major tiles, 2
+    warpgroups) was correct but slower on the pair and only slightly faster on the seed's
+    h_hist^T [da|du]; not kept. Next to measure: where the warps wait in the chunk loop
+    (ncu source counters), e.g. on the cp.async groups (two chunks of 16 KB a CTA in flight)."""
 
     bn = 64
     bk = 64

@@ -725,6 +725,10 @@ class FusedBackward(_TileCopies):
     staging mapping, conflict-free in both phases, cost 8 bytes of spills at 128 registers).
     dctx's dout and w loads are already 128-bit (LLVM
     merges the 4 scalar reads), conflict-free.
+    dh_hist on wgmma too (a swizzled K-major copy of da|du as A, the W chunk swizzled as B)
+    was built and measured on the H200 (GPU check script, not committed): dh_hist bit-identical
+    to this mma.sync version at six sizes, but the backward slower at the defaults (not
+    analysed further; the da|du copy and its barriers are the likely cost); not kept.
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
