@@ -118,6 +118,16 @@ def test_epilogue_loads_are_not_serialized_behind_stores(precision, tmp_path):
         assert not re.search(r"SL+S", order), order
 
 
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+def test_output_stores_are_64_bit_pairs(precision, tmp_path):
+    """Each lane holds two adjacent columns of an accumulator row, stored as one 64-bit STG:
+    per thread hid 32 values, dpred 2 x 32, dz 32 and ds 2 x 32 (defaults), 96 pairs. Work
+    between a value and its store can split the pairs: converting hid, dpred and dz to TF32
+    before their stores (an experiment) left half of them 32-bit, and the row pass slower."""
+    ops = re.findall(r"\bSTG\.E(\.64)?\b", _sass(precision, tmp_path))
+    assert ops.count(".64") == (32 + 2 * 32 + 32 + 2 * 32) // 2
+
+
 def test_tf32_fragments_by_ldmatrix_and_rounded_once():
     """TF32 row pass: every MMA fragment comes by ldmatrix.x4 (per 8-wide k step and warp: 2
     for A's two 16-row blocks, 2 for B's four 8-column blocks; 6 chunk loops of 4 steps: z,
