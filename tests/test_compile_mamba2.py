@@ -47,6 +47,19 @@ def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
     assert TF32_MMA in ptx["fused_backward_tf32"]
 
 
+def test_scan_sigmoids_take_one_approximate_reciprocal_each(ptx):
+    """Every scan step's sigmoid is 1/(1 + e) or e/(1 + e) with 1 + e in [1, 2]: rcp.approx
+    (within 1 ulp there), not IEEE division, whose slow-path branch kept the K independent
+    sigmoids of a (sample, state) pair from overlapping. K a pass; the fused backward's
+    reverse pass shares one reciprocal between sigmoid(a_t) and its slope."""
+    K = mamba2.DEFAULTS["K"]
+    per_step = {"fused_forward_tf32": 1, "fused_forward_fp32": 1, "fused_backward_tf32": 2,
+                "fused_backward_fp32": 2, "seed_scan_forward": 1, "seed_scan_backward": 1}
+    for name, count in per_step.items():
+        assert not re.search(r"\b(div|rcp)\.rn\.f32", ptx[name]), name  # IEEE 1/x or x/y
+        assert ptx[name].count("rcp.approx.ftz.f32") == count * K, name
+
+
 def _shared_loads(text):
     """The PTX's shared-memory loads and TF32 conversions by destination register: pairs
     {first: (second, base, offset)} of ld.shared.v2, loads {reg: (base, offset)} of scalar
