@@ -648,8 +648,8 @@ class RowPass:
                         col_tau[v0, ni] = Float32(z_error_per_norm(f)) * mNorms[nt * bn1 + cC1[(v0, 0), 0, ni][1]]
             acc1.fill(0.0)
             row_sq = row_norm if cutlass.const_expr(self.exact_signs and nt == 0) else None
-            z_s, z_w, _ = products[nt]
-            mma_chunks(tiled_mma, tid, acc1, self.mode_z, f // CHUNK, z_s, z_w,
+            z_s, z_w, chunks = products[nt]
+            mma_chunks(tiled_mma, tid, acc1, self.mode_z, chunks, z_s, z_w,
                        multiply=self.multiply(tiled_mma, tid, split=True, row_sq=row_sq), started=nt > 0)
             self.start_next(tid, products, nt)
             if cutlass.const_expr(row_sq is not None):
@@ -704,7 +704,8 @@ class RowPass:
                             if row0 + r < batch:
                                 s_next_frag[(v0, v1), mi, ni] = mSn[row0 + r, nt * bn2 + cC2[(v0, v1), mi, ni][1]]
             acc2.fill(0.0)
-            mma_chunks(tiled_mma, tid, acc2, self.mode, h // CHUNK, None, products[p2 + nt][1],
+            _, w2, chunks = products[p2 + nt]
+            mma_chunks(tiled_mma, tid, acc2, self.mode, chunks, None, w2,
                        a_resident=sZ, a_relu=True, multiply=self.multiply(tiled_mma, tid), started=True)
             self.start_next(tid, products, p2 + nt)
             for mi in cutlass.range_constexpr(num_mi):
@@ -770,7 +771,8 @@ class RowPass:
         acc3 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn3)))
         for nt in cutlass.range_constexpr(h // bn3):
             acc3.fill(0.0)
-            mma_chunks(tiled_mma, tid, acc3, self.mode, f // CHUNK, None, products[p3 + nt][1],
+            _, w2t, chunks = products[p3 + nt]
+            mma_chunks(tiled_mma, tid, acc3, self.mode, chunks, None, w2t,
                        a_resident=sDp, multiply=self.multiply(tiled_mma, tid), started=True)
             self.start_next(tid, products, p3 + nt)
             for i in cutlass.range_constexpr(cute.size(acc3)):
@@ -820,7 +822,8 @@ class RowPass:
         acc4 = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((bm, bn4)))
         for nt in cutlass.range_constexpr(f // bn4):
             acc4.fill(0.0)
-            mma_chunks(tiled_mma, tid, acc4, self.mode, h // CHUNK, None, products[p4 + nt][1],
+            _, w1st, chunks = products[p4 + nt]
+            mma_chunks(tiled_mma, tid, acc4, self.mode, chunks, None, w1st,
                        a_resident=sZ, multiply=self.multiply(tiled_mma, tid), started=True)
             self.start_next(tid, products, p4 + nt)
             for i in cutlass.range_constexpr(cute.size(acc4)):
