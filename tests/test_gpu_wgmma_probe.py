@@ -64,15 +64,32 @@ def _round_tf32_nearest(x):
 def test_operands_rounded_to_nearest_tf32(rng):
     # B picks column n of A (B = [I | 0]), so C = A[:, :n] as the tensor core saw it: rounded
     # to nearest by the staging, not truncated (the values carry 2^-11 + 2^-12 below TF32's last
-    # bit, so truncation and rounding differ on every element).
+    # bit, so truncation and rounding differ on every element; column 0 carries exactly half
+    # an ulp, a tie, which goes away from zero). The staging adds half an ulp and leaves the
+    # low bits to the tensor core, which must ignore them for this to hold.
     m, n, k = 64, 32, 64
     a = (rng.choice([-1.0, 1.0], (m, k)) * (1 + 2.0**-11 + 2.0**-12)
          * 2.0 ** rng.integers(-3, 4, (m, k))).astype(np.float32)
+    a[:, 0] = (rng.choice([-1.0, 1.0], m) * (1 + 2.0**-11) * 2.0 ** rng.integers(-3, 4, m)).astype(np.float32)
     b = np.eye(n, k, dtype=np.float32)
     out = probe.matmul_nt(cp.asarray(a), cp.asarray(b)).get()
     want = _round_tf32_nearest(a[:, :n])
     assert not np.array_equal(want, a[:, :n])
     assert np.array_equal(out, want), _mismatch_pattern(out, want)
+
+
+def test_nan_and_inf_operands_pass_through():
+    # NaN with every mantissa bit set (0x7fffffff, what GPU arithmetic produces) must stay a
+    # NaN: half an ulp added to its bits would carry into the sign bit and make it -0
+    m, n, k = 64, 32, 32
+    a = np.ones((m, k), np.float32)
+    a[0, 3] = np.array([0x7FFFFFFF], np.uint32).view(np.float32)[0]
+    a[1, 3] = np.inf
+    b = np.eye(n, k, dtype=np.float32)
+    out = probe.matmul_nt(cp.asarray(a), cp.asarray(b)).get()
+    assert np.isnan(out[0, 3]) and out[1, 3] == np.inf
+    assert np.all(np.isnan(out[:2, np.arange(n) != 3]))  # NaN and inf times B's zeros
+    assert np.all(out[2:] == 1)
 
 
 def test_writes_into_given_output():

@@ -107,13 +107,34 @@ def load_tf32(dst: cute.Tensor, src: cute.Tensor, apply_relu: cutlass.Constexpr 
 def round_tf32(x: Float32) -> Float32:
     """x rounded to nearest TF32 (cvt.rna) and kept as float32 bits, for operands rounded once
     when staged into shared memory: the MMA reads the top 19 bits as they are (it would
-    truncate an unrounded float32, biasing every product)."""
+    truncate an unrounded float32, biasing every product). A TF32 value any code may read;
+    tf32_operand is cheaper where only the tensor cores read it."""
     return Float32(llvm.bitcast(Float32.mlir_type, cute.arch.cvt_f32_tf32(x)))
 
 
 @cute.jit
+def tf32_operand(x: Float32) -> Float32:
+    """x as a TF32 operand to be staged in shared memory for the tensor cores: its float32
+    bits plus half a TF32 ulp where x is finite. The tensor cores read the top 19 bits and
+    ignore the low 13, so they multiply x rounded to nearest TF32, ties away from zero:
+    round_tf32's value, bit-identical products. Two instructions (a compare of |x| and a
+    predicated add) where round_tf32 is three (ptxas adds a mask clearing the low bits for
+    a cvt.rna result that goes to memory; feeding an MMA straight from registers it is
+    these two already). Inf and NaN pass unchanged: an unguarded add would carry the
+    canonical NaN 0x7fffffff into the sign bit. The low bits are not cleared, so nothing
+    but an MMA may read the result."""
+    return Float32(llvm.inline_asm(
+        Float32.mlir_type, [x.ir_value()],
+        # |x| < inf as a float compare: one FSETP (testp.finite became a mask and an ISETP)
+        "{\n.reg .pred finite;\n.reg .f32 mag;\n.reg .b32 bits;\nabs.f32 mag, $1;\n"
+        "setp.lt.f32 finite, mag, 0f7F800000;\nmov.b32 bits, $1;\n@finite add.s32 bits, bits, 4096;\n"
+        "mov.b32 $0, bits;\n}", "=f,f",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
+
+
+@cute.jit
 def load_bits(dst: cute.Tensor, src: cute.Tensor):
-    """Fragment load of operands already rounded by round_tf32, bit for bit."""
+    """Fragment load of operands already rounded by round_tf32 or tf32_operand, bit for bit."""
     for i in cutlass.range_constexpr(cute.size(dst)):
         dst[i] = Int32(llvm.bitcast(Int32.mlir_type, src[i].ir_value()))
 

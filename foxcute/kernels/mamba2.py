@@ -39,9 +39,10 @@ Two implementations, picked by `impl`:
 Matrix products run on TF32 tensor cores for precision="tf32": a|u (forward and backward) on
 Hopper's warpgroup MMA (wgmma, foxcute.kernels._wgmma: no fragment loads, the operands'
 descriptors point into shared memory), every other product on warp-level mma.sync m16n8k8 (fragments
-loaded from shared memory, B 64 bits at a time, see _mma_smem); operands rounded with
-cvt.rna once when staged into shared memory (through registers, or in place once the
-backward's cp.async h_hist chunk has landed). precision="fp32" runs every product as exact
+loaded from shared memory, B 64 bits at a time, see _mma_smem); operands rounded to nearest
+TF32 once when staged into shared memory (gemm.tf32_operand: half an ulp added, the tensor
+cores' truncation completes it; through registers, or in place once the backward's cp.async
+h_hist chunk has landed). precision="fp32" runs every product as exact
 float32 FFMA through the same CuTe tiled-MMA partitioning as mma.sync, so that tile code is
 shared. The scans, c, dctx and every reduction are float32 FFMA in both modes.
 """
@@ -62,7 +63,7 @@ from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
 from . import _wgmma  # noqa: E402
-from .gemm import load_bits, load_tf32, round_tf32  # noqa: E402
+from .gemm import load_bits, load_tf32, tf32_operand  # noqa: E402
 
 IMPLS = ("fused", "seed")
 PRECISIONS = ("tf32", "fp32")
@@ -171,7 +172,7 @@ def _mma_smem(tiled: cute.TiledMma, thr: Any, acc: cute.Tensor, sA: cute.Tensor,
     tf32: the register operands are the atom's own fragments (make_fragment_A/B: the
     m16n8k8 register order a0..a3 = (g, t), (g+8, t), (g, t+4), (g+8, t+4)), filled element
     by element with cvt.rna, or bit for bit where the operand was rounded when it was put in
-    shared memory (`a_rounded`, `b_rounded`: round_tf32 once per element, where cvt.rna at
+    shared memory (`a_rounded`, `b_rounded`: tf32_operand once per element, where cvt.rna at
     the fragment load is two instructions for every warp that reads the element; same
     bits). A register tensor made "like" the shared-memory partition
     copies its stride order instead; for a K-major A (a row pitch > 1 between the value
@@ -354,7 +355,7 @@ class _TileCopies:
             if idx < rows * (width // 4):
                 if const_expr(tf32):
                     for e in cutlass.range_constexpr(4):
-                        regs[e, i] = round_tf32(regs[e, i])
+                        regs[e, i] = tf32_operand(regs[e, i])
                 cute.autovec_copy(regs[None, i], cute.local_tile(dst[r, None], (4,), (q,)))
 
     @cute.jit
@@ -376,7 +377,7 @@ class _TileCopies:
 
     @cute.jit
     def round_rows_in_place(self, tile: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
-        """tile[r, 0:width] <- round_tf32 of itself, for the vectors this thread copied there
+        """tile[r, 0:width] <- tf32_operand of itself, for the vectors this thread copied there
         with copy_rows_async (the same thread mapping): once its cp.async group has landed
         they are visible to this thread, and the barrier before any MMA publishes them."""
         v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
@@ -384,7 +385,7 @@ class _TileCopies:
             if idx < rows * (width // 4):
                 cute.autovec_copy(cute.local_tile(tile[r, None], (4,), (q,)), v)
                 for e in cutlass.range_constexpr(4):
-                    v[e] = round_tf32(v[e])
+                    v[e] = tf32_operand(v[e])
                 cute.autovec_copy(v, cute.local_tile(tile[r, None], (4,), (q,)))
 
     @cute.jit
@@ -396,7 +397,7 @@ class _TileCopies:
             if idx < rows * (width // 4):
                 for e in cutlass.range_constexpr(4):
                     if const_expr(tf32):
-                        regs[e, i] = round_tf32(regs[e, i])
+                        regs[e, i] = tf32_operand(regs[e, i])
                     dst[q * 4 + e, r] = regs[e, i]
 
     @cute.jit
@@ -441,7 +442,7 @@ class _TileCopies:
         """dst (2D, CHUNK) <- the transpose of what fetch_weights_t put in regs, rounded to TF32."""
         for i, r, q in self.wt_vectors():
             for e in cutlass.range_constexpr(4):
-                dst[4 * q + e, r] = round_tf32(regs[e, i])
+                dst[4 * q + e, r] = tf32_operand(regs[e, i])
 
 
 def _partial_width(SH2: int, D: int) -> int:
@@ -1022,8 +1023,8 @@ class FusedBackward(_TileCopies):
                         da = lam * xt * sigma * _sigmoid_slope(a)
                         du = lam
                         if const_expr(self.tf32):  # da|du feed only the tensor cores (dh_hist, dW)
-                            da = round_tf32(da)
-                            du = round_tf32(du)
+                            da = tf32_operand(da)
+                            du = tf32_operand(du)
                         sAU[b * K + t, s] = da
                         sAU[b * K + t, D + s] = du
                         dsigma = dsigma + lam * xt * sig
@@ -1059,10 +1060,23 @@ class FusedBackward(_TileCopies):
                 else:
                     _mma_smem(tiled, thr, acc_dh, sAU, sW3, False)
                 coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
-                for i in cutlass.range_constexpr(cute.size(acc_dh)):
-                    m, n = coord_dh[i]
-                    if m < n_samples * K:
-                        mDHist[row0 + m, col0 + n] = acc_dh[i]
+                if const_expr(self.tf32):
+                    # m16n8k8 accumulators come in column pairs (c0, c1) = (g, 2t), (g, 2t + 1):
+                    # one 64-bit store each (element stores were twice the store instructions,
+                    # and the backward's largest stall in ncu was its MIO queue)
+                    dh_pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
+                    for i in cutlass.range_constexpr(0, cute.size(acc_dh), 2):
+                        m, n = coord_dh[i]
+                        if m < n_samples * K:
+                            dh_pair[0] = acc_dh[i]
+                            dh_pair[1] = acc_dh[i + 1]
+                            cute.autovec_copy(dh_pair, cute.local_tile(mDHist[row0 + m, None], (2,),
+                                                                    ((col0 + n) // 2,)))
+                else:
+                    for i in cutlass.range_constexpr(cute.size(acc_dh)):
+                        m, n = coord_dh[i]
+                        if m < n_samples * K:
+                            mDHist[row0 + m, col0 + n] = acc_dh[i]
 
                 # The chunk's partials so far, all loaded before the first of them is stored
                 # (a load after a store to the same array cannot be hoisted above it: one L2

@@ -14,8 +14,9 @@ What the CuTe DSL 4.8.1 gives, and what this file adds.
   instruction, both operands K-major (the only majorness PTX allows for tf32 wgmma) and read
   from shared memory through descriptors (SS).
 - TF32 operands are float32 bit patterns of which the tensor core reads the top 19 bits: an
-  unrounded value is truncated. So every element is rounded to nearest (cvt.rna) once, as it is
-  staged in shared memory (gemm.round_tf32, as foxcute.kernels.mamba2 does).
+  unrounded value is truncated. So every element is rounded to nearest once, as it is staged
+  in shared memory: gemm.tf32_operand adds half a TF32 ulp to finite values and the tensor
+  core's truncation completes the rounding (as foxcute.kernels.mamba2 does).
 - Shared-memory layout: the K-major 128-byte-swizzle atom (warpgroup.make_smem_layout_atom
   K_SW128: 8 rows of 32 floats, 16-byte chunks of row r XOR-permuted by r mod 8) tiled over
   the [rows, CHUNK] tile. CHUNK = 32 floats is exactly one atom row, so one K-chunk of a tile is
@@ -23,7 +24,7 @@ What the CuTe DSL 4.8.1 gives, and what this file adds.
   lives in the pointer (allocate_tensor's `swizzle`), the wgmma descriptors are built by the
   DSL from that layout (make_fragment_A/B), one per 8-wide K step.
 - The swizzle moves whole 16-byte chunks, so 4 consecutive floats of a row stay contiguous:
-  the staging is 128-bit loads from global memory into registers, cvt.rna, 128-bit stores.
+  the staging is 128-bit loads from global memory into registers, rounding, 128-bit stores.
 - Ordering: the stores are generic-proxy writes and wgmma reads through the async proxy, so
   each thread fences (fence.proxy.async.shared::cta) before the barrier that precedes the MMAs.
   warpgroup.fence() (wgmma.fence) before a step's first wgmma orders the accumulator registers
@@ -57,7 +58,7 @@ from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, empty  # noqa: E402
 from ._wgmma import allocate_sw128, mma_group, publish, tiled_mma_tf32  # noqa: E402
-from .gemm import round_tf32  # noqa: E402
+from .gemm import tf32_operand  # noqa: E402
 
 THREADS = 128  # one warpgroup
 TILE_M = 64  # rows of C per CTA: the wgmma M
@@ -163,7 +164,7 @@ class WgmmaTF32Matmul:
             r = v // per_row
             q = v - r * per_row
             for e in cutlass.range_constexpr(4):
-                regs[e, i] = round_tf32(regs[e, i])
+                regs[e, i] = tf32_operand(regs[e, i])
             cute.autovec_copy(regs[None, i], cute.local_tile(dst[r, None], (4,), (q,)))
 
 
