@@ -52,9 +52,20 @@ def test_weight_grad_only_atomic_is_the_integer_ticket(ptx):
 
 
 def test_scalar_load_variant_for_odd_k():
-    text = gemm._compile_matmul("none", "tf32", 8, 1, keep=True).__ptx__
+    text = gemm._compile_matmul("none", "tf32", 8, 1, False, keep=True).__ptx__
     assert TF32_MMA in text and not re.search(LOAD_128, text)
     assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4", text)
+
+
+def test_even_n_outputs_are_stored_in_64_bit_pairs(ptx):
+    # the CI variants are compiled for an even N: every output store is a pair (a thread's
+    # 2 x 2 x (bm / 64) x (bn / 16) accumulators, 64 at bn = 128, in 32 pairs)
+    for p in gemm.PRECISIONS:
+        for e in ("none", "bias_relu", "sigmoid"):
+            stores = re.findall(r"st\.global\.(v2\.)?[bf]32", ptx[f"matmul_{e}_{p}"])
+            assert stores == ["v2."] * 32, (e, p, stores[:4], len(stores))
+    odd = gemm._compile_matmul("none", "tf32", 8, 4, False, keep=True).__ptx__  # odd N: elements
+    assert "st.global.v2" not in odd and re.search(r"st\.global\.[bf]32", odd)
 
 
 def test_widest_tile_keeps_accumulators_in_registers():
