@@ -161,6 +161,9 @@ def check_graph_replay(fn: Callable[[], Any], *, library: str = "cupy") -> None:
     floats = [a for a in _arrays_of(out) if "float" in str(a.dtype)]
     if not floats:
         raise AssertionError("check_graph_replay: fn returned no float arrays to check")
+    # work that missed the capture ran eagerly on another stream: let it finish before the
+    # poisoning, or it may land after it and pass for the replay (seen under pytest -n 12)
+    lib.synchronize()
     for a in floats:
         a[...] = float("nan")
     lib.synchronize()
