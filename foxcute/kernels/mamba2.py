@@ -484,7 +484,15 @@ class FusedForward(_TileCopies):
     Measured (H200): 40.0 us (run 20261129T190653Z, mma.sync a|u) -> 32.3 us (run
     20261129T204705Z, wgmma a|u and these layouts; 1.64x the floor, target 1.5x). Each of
     the two changes gained about half of what its count predicted (GPU check scripts, not
-    committed): the shared-memory pipe is not the only limit."""
+    committed): the shared-memory pipe is not the only limit.
+    Then the scans' reciprocals by rcp.approx (_reciprocal_1_to_2) and the staged TF32
+    operands by gemm.tf32_operand: 32.6 -> 30.3 us (runs 20261129T223000Z ->
+    20261129T235914Z; 1.54x the floor). What is left (source-level ncu, per-SASS-instruction
+    stall samples): the warps wait on the h_hist loads (long scoreboard, a quarter of the
+    samples) and at each chunk's closing barrier (another quarter). The next chunk is the only
+    one in flight: it is held in registers (16 a thread), and at 128 registers (2 CTAs an SM)
+    there is no room for a second; going deeper means cp.async or TMA into more shared-memory
+    stages, rounded in place as the backward does."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -739,6 +747,15 @@ class FusedBackward(_TileCopies):
     was built and measured on the H200 (GPU check script, not committed): dh_hist bit-identical
     to this mma.sync version at six sizes, but the backward slower at the defaults (not
     analysed further; the da|du copy and its barriers are the likely cost); not kept.
+    Source-level ncu (per-SASS-instruction stall samples) then showed the MIO queue the
+    largest stall (a quarter of the samples) and half of them in the per-chunk loop of phase
+    3, where dh_hist went out as 16 scalar STG a thread and chunk (the compiler did not merge
+    the accumulator pairs (g, 2t), (g, 2t + 1)). Stored as 8 64-bit pairs, with the staged
+    TF32 operands rounded by gemm.tf32_operand (one instruction less an element, products
+    bit-identical): predicted -2..4 us from the instruction counts; measured 133 -> 115 us
+    (runs 20261129T223000Z -> 20261129T235914Z; 2.93x the floor). The stores were dearer
+    than their instruction count: each scalar STG wrote every other word of its sectors.
+    Both runs compare the whole kernel, the fast sigmoids (see _sigmoid) included.
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
