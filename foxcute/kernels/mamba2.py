@@ -644,19 +644,23 @@ class FusedForward(_TileCopies):
                     self.store_rows(rWC, sWC, CHUNK, D)
                 if const_expr(self.tf32):
                     _wgmma.publish()  # the stores above -> the tensor cores' (async proxy) reads
-                cute.arch.barrier()
-                w_chunk = kc if const_expr(self.resident_weights) else 0
-                if const_expr(self.tf32):
-                    # the chunk's a|u as one wgmma group, issued first: the tensor cores read
-                    # sA and sWt while the next chunk's loads are issued and c accumulates;
-                    # waited for before the closing barrier, after which sA is overwritten
-                    if mma_group:
-                        _wgmma.mma_group(tiled, acc, tCrA, tCrB, b_at=(w_chunk,))
-                if kc + 1 < n_chunks:  # next chunk's loads fly while this one is multiplied
+                # The next chunk's loads, issued as soon as the stores above freed their
+                # registers: they fly through this barrier's wait too, not only through the
+                # chunk's products (ncu: the warps waited on these loads, long scoreboard,
+                # for a quarter of the samples, and at the barriers for another quarter)
+                if kc + 1 < n_chunks:
                     self.fetch_chunk(mHist, mH, mWA, mWB, mWC, b0, n_samples, (kc + 1) * CHUNK,
                                      rHist, rH, rW, rWC)
                 elif next_samples > 0:
                     self.fetch_chunk(mHist, mH, mWA, mWB, mWC, next_b0, next_samples, 0, rHist, rH, rW, rWC)
+                cute.arch.barrier()
+                w_chunk = kc if const_expr(self.resident_weights) else 0
+                if const_expr(self.tf32):
+                    # the chunk's a|u as one wgmma group: the tensor cores read sA and sWt while
+                    # c accumulates; waited for before the closing barrier, after which sA is
+                    # overwritten
+                    if mma_group:
+                        _wgmma.mma_group(tiled, acc, tCrA, tCrB, b_at=(w_chunk,))
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
                 if const_expr(not self.tf32):
                     sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
