@@ -492,7 +492,13 @@ class FusedForward(_TileCopies):
     samples) and at each chunk's closing barrier (another quarter). The next chunk is the only
     one in flight: it is held in registers (16 a thread), and at 128 registers (2 CTAs an SM)
     there is no room for a second; going deeper means cp.async or TMA into more shared-memory
-    stages, rounded in place as the backward does."""
+    stages, rounded in place as the backward does. What was done instead: the next chunk's
+    loads issued before the chunk's barrier, so that they fly through its wait too (predicted
+    -0.5..1.5 us, bit-identical): 30.3 -> 29.4 us (run 20261130T000948Z; 1.49x the floor). The
+    c product split 8 ways instead of 4 (all 256 threads in it at the defaults, against the
+    barrier waits) measured no faster on top of that (GPU check script, not committed; it
+    had been predicted -0.3..1 us): the closing barrier's waits are not the c product's
+    imbalance. Not kept."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
