@@ -306,14 +306,14 @@ def test_fused_forward_keeps_everything_in_registers_at_two_ctas_per_sm(precisio
     kernel = mamba2.FusedForward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), precision)
     report = _report("fused_forward", precision)
     assert report["registers"] * 256 * kernel.ctas_per_sm() <= 65536, report
-    if precision == "tf32":  # fp32 (FFMA products) spills a few bytes at the defaults: known, open
-        assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
 def test_fused_backward_fits_two_ctas_per_sm_without_spills():
     # capped at 128 registers (two 256-thread CTAs per SM); the partials' old values are
     # loaded once dh_hist's accumulators are free and the running dsigma sums live in shared
-    # memory, so nothing spills at the defaults
+    # memory, so nothing spills at the defaults in TF32. (fp32, FFMA products, spills ~36
+    # bytes, in per-tile bookkeeping outside the chunk loops: known, open)
     assert mamba2.FusedBackward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), "tf32").ctas_per_sm() == 2
     report = _report("fused_backward")
     assert report["registers"] <= 128, report
