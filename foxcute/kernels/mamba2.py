@@ -49,7 +49,7 @@ shared. The scans, c, dctx and every reduction are float32 FFMA in both modes.
 Registers (ptxas 13.0 for sm_90a, on the CPU): at the defaults nothing spills except the fp32
 backward (~36 bytes, per-tile bookkeeping outside the chunk loops). Over the supported range
 (K in {1, 3, 8, 16}, D in {8, 16, 32}, SH2 in {64, 256, 512}, both kernels and precisions:
-144 configurations) ptxas spills in 34, 26 of them the backward; the most at K = 1, D = 32,
+144 configurations) ptxas spills in 34, 30 of them the backward; the most at K = 1, D = 32,
 where a thread carries 8 (sample, state) pairs through the scans (~0.8 KB even at 255
 registers). Those sizes are tested for correctness, not tuned.
 """
