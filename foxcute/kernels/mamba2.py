@@ -70,7 +70,7 @@ from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
 from . import _wgmma  # noqa: E402
-from .gemm import load_bits, load_tf32, tf32_operand  # noqa: E402
+from .gemm import load_bits, load_tf32, store_pair, tf32_operand  # noqa: E402
 
 IMPLS = ("fused", "seed")
 PRECISIONS = ("tf32", "fp32")
@@ -1096,16 +1096,12 @@ class FusedBackward(_TileCopies):
                 coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
                 if const_expr(self.tf32):
                     # m16n8k8 accumulators come in column pairs (c0, c1) = (g, 2t), (g, 2t + 1):
-                    # one 64-bit store each (element stores were twice the store instructions,
-                    # and the backward's largest stall in ncu was its MIO queue)
-                    dh_pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
+                    # one 64-bit store each (the backward's largest stall in ncu was its MIO
+                    # queue while dh_hist went out element by element)
                     for i in cutlass.range_constexpr(0, cute.size(acc_dh), 2):
                         m, n = coord_dh[i]
                         if m < n_samples * K:
-                            dh_pair[0] = acc_dh[i]
-                            dh_pair[1] = acc_dh[i + 1]
-                            cute.autovec_copy(dh_pair, cute.local_tile(mDHist[row0 + m, None], (2,),
-                                                                    ((col0 + n) // 2,)))
+                            store_pair(mDHist[row0 + m, None], col0 + n, acc_dh[i], acc_dh[i + 1])
                 else:
                     for i in cutlass.range_constexpr(cute.size(acc_dh)):
                         m, n = coord_dh[i]
