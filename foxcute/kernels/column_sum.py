@@ -112,9 +112,16 @@ class ColumnSum:
         cute.arch.sync_threads()
         if sTicket[0] == num_ctas - 1:
             cute.arch.fence_acq_rel_gpu()
-            # Phase 2: the CTAs' partials, summed in CTA order by the same code, -> mWork[num_ctas].
-            self.sum_rows(mWork, num_ctas, 0, 1, tid, first_vec, sHigh, sLow, mWork, num_ctas)
+            # Phase 2: the CTAs' partials, summed in CTA order by the same code. With several
+            # thread rows the total stays in shared memory (sHigh[0] + sLow[0]) for the
+            # columns' fold below: storing it to mWork[num_ctas] and reading it back was one
+            # more L2 round trip on the kernel's critical path. With one, it goes to mTotal.
+            self.sum_rows(mWork, num_ctas, 0, 1, tid, first_vec, sHigh, sLow,
+                          mWork if cutlass.const_expr(self.rows == 1) else None, num_ctas)
             cute.arch.sync_threads()
+            if cutlass.const_expr(self.rows > 1):
+                total_high = cute.make_tensor(sHigh.iterator, cute.make_layout((self.width, 1)))
+                total_low = cute.make_tensor(sLow.iterator, cute.make_layout((self.width, 1)))
             tail_start = (m // self.pack) * self.pack
             # The slice's columns (all of them with one slice, where the pack fold may reach
             # across the packed row).
@@ -125,7 +132,11 @@ class ColumnSum:
                 total.fill(0.0)
                 total_comp.fill(0.0)
                 for p in cutlass.range_constexpr(self.pack):
-                    self.kahan_add(total, total_comp, 0, mTotal[p * self.n + col, None].load())
+                    e = p * self.n + col
+                    if cutlass.const_expr(self.rows > 1):
+                        self.kahan_add(total, total_comp, 0, total_high[e, None].load() + total_low[e, None].load())
+                    else:
+                        self.kahan_add(total, total_comp, 0, mTotal[e, None].load())
                 for row in cutlass.range(tail_start, m, unroll=1):
                     self.kahan_add(total, total_comp, 0, mRows[row, col, None].load())
                 mOut[col] = total[0, 0]
@@ -149,7 +160,9 @@ class ColumnSum:
                  tid: Int32, first_vec: Int32, sHigh: cute.Tensor, sLow: cute.Tensor, mDst: cute.Tensor,
                  dst_row: Int32):
         """Sum packed rows first_group*rows + r, stepping group_stride*rows, of mSrc into
-        mDst[dst_row]; thread (r, c) = divmod(tid, cols) adds float4 columns c, c+cols, ..."""
+        mDst[dst_row]; thread (r, c) = divmod(tid, cols) adds float4 columns c, c+cols, ...
+        With several thread rows the sum is also sHigh[0] + sLow[0] on return, and mDst may
+        be None (nothing stored)."""
         r = tid // self.cols
         c = tid % self.cols
         acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
@@ -204,8 +217,9 @@ class ColumnSum:
                     sHigh[r, c, None].store(s)
                     sLow[r, c, None].store(sLow[r, c, None].load() + sLow[r + half, c, None].load() + err)
             cute.arch.sync_threads()
-            if r == 0:
-                mDst[dst_row, first_vec + c, None].store(sHigh[0, c, None].load() + sLow[0, c, None].load())
+            if cutlass.const_expr(mDst is not None):
+                if r == 0:
+                    mDst[dst_row, first_vec + c, None].store(sHigh[0, c, None].load() + sLow[0, c, None].load())
 
 
 _compiled = _cute.CompiledCache()
