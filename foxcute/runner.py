@@ -212,21 +212,18 @@ def execute(notebook: Path, output: Path, params: dict[str, Any], *, cell_timeou
 
 
 def merge_results(run_dir: Path, prov: dict[str, Any]) -> dict[str, Any]:
-    """results.json from the notebooks' results_*.json side files: their records, in notebook
-    order, under the run's provenance (plus any provenance fields a notebook measured, such
-    as copy_bandwidth_TBps)."""
+    """results.json from the notebooks' results_*.json side files: their records, checks,
+    targets and fixed-cost rows, in notebook order, under the run's provenance (plus any
+    provenance fields a notebook measured, such as copy_bandwidth_TBps)."""
     merged_prov = dict(prov)
     merged_prov.setdefault("copy_bandwidth_TBps", None)
-    records: list[dict[str, Any]] = []
-    checks: list[dict[str, Any]] = []
-    targets: list[dict[str, Any]] = []
+    merged: dict[str, list[dict[str, Any]]] = {key: [] for key in ("records", "checks", "targets", "fixed_cost")}
     for path in sorted(run_dir.glob("results_*.json")):
         part = json.loads(path.read_text())
-        records.extend(part.get("records", []))
-        checks.extend(part.get("checks", []))
-        targets.extend(part.get("targets", []))
+        for key, rows in merged.items():
+            rows.extend(part.get(key, []))
         merged_prov.update(part.get("provenance", {}))
-    return {"provenance": merged_prov, "records": records, "checks": checks, "targets": targets}
+    return {"provenance": merged_prov, **merged}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -250,7 +247,8 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
                  + (" (dirty)" if prov.get("git_dirty") else ""))
     lines.append(f"- GPU: {prov.get('gpu') or 'none'}; driver {_fmt(prov.get('driver'))}; "
                  f"CUDA {_fmt(prov.get('cuda_driver_api'))}; copy bandwidth "
-                 f"{_fmt(prov.get('copy_bandwidth_TBps'))} TB/s")
+                 f"{_fmt(prov.get('copy_bandwidth_TBps'))} TB/s; graph replay of one trivial kernel "
+                 f"{_fmt(prov.get('launch_floor_us'))} us")
     versions = ", ".join(f"{k} {v}" for k, v in prov.get("packages", {}).items() if v)
     lines += [f"- Packages: {versions}", "", "## Notebooks", "",
               "| notebook | status | seconds | error |", "|---|---|---|---|"]
@@ -273,6 +271,13 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
     if targets:
         lines += ["", "## Performance targets (measured, not asserted)", "",
                   f"{sum(t['met'] for t in targets)} of {len(targets)} met.", "", *_targets_table(targets, "NO")]
+    fixed = results.get("fixed_cost", [])
+    if fixed:
+        lines += ["", "## Fixed cost (CuTe kernels at batch 1, graph-replayed)", "",
+                  "| case | impl | batch 1 (us) | batch | at batch (us) | launch floor (us) |",
+                  "|---|---|---|---|---|---|",
+                  *(f"| {f['case']} | {f['impl']} | {_fmt(f['batch_1_us'])} | {f['batch']} "
+                    f"| {_fmt(f.get('batch_us'))} | {_fmt(f.get('launch_floor_us'))} |" for f in fixed)]
     if results["checks"]:
         failed = [c for c in results["checks"] if not c.get("ok")]
         lines += ["", "## Checks", "", f"{len(results['checks'])} checks, {len(failed)} failed."]
@@ -322,7 +327,9 @@ def headline_markdown(run_dir: Path) -> str:
     lines = [f"From run [{run_dir.name}](papermill_runs/{run_dir.name}/summary.md): {prov.get('gpu')}, "
              f"commit `{(prov.get('git_commit') or '-')[:12]}`, copy ceiling "
              f"{_fmt(prov.get('copy_bandwidth_TBps'))} TB/s; times in microseconds (CUDA-graph replays "
-             f"where the summary says so), batch as in its parameters.", ""]
+             f"where the summary says so), batch as in its parameters."
+             + (f" A graph replay of one trivial kernel took {_fmt(prov['launch_floor_us'])} us there."
+                if prov.get("launch_floor_us") else ""), ""]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     not_ok = [f"{nb['name']} {nb['status']}"
               + (f" ({nb['error'].get('ename')}: {nb['error'].get('evalue', '').splitlines()[0]})"

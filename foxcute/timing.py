@@ -207,6 +207,25 @@ def copy_bandwidth_TBps(nbytes: int = 4 << 30, *, reps: int = 30, warm_s: float 
     return 2 * n * 4 / (ms * 1e-3) / 1e12
 
 
+def launch_floor_us(*, library: str = "cupy", **bench_kwargs: Any) -> float:
+    """Median microseconds per CUDA-graph replay of one trivial kernel (a one-float fill),
+    timed as `bench` times every implementation: the part of a single-kernel layer's time that
+    no kernel design removes (the graph launch, one kernel's start and drain)."""
+    lib = _backend(library)
+    if library == "cupy":
+        x = lib.cupy.zeros(1, dtype="float32")
+        fill_x = x.fill
+    else:
+        x = lib.torch.zeros(1, dtype=lib.torch.float32, device="cuda")
+        fill_x = x.fill_
+
+    def fill() -> Any:
+        fill_x(1.0)
+        return x  # returned so that check_graph_replay sees the replay rewrite it
+    check_graph_replay(fill, library=library)
+    return bench(fill, library=library, **bench_kwargs)[0]
+
+
 def floor_us(bytes_moved: float, bandwidth_TBps: float) -> float:
     """Time in microseconds to move `bytes_moved` at `bandwidth_TBps`: a memory-bound floor."""
     return bytes_moved / (bandwidth_TBps * 1e12) * 1e6

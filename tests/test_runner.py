@@ -160,6 +160,13 @@ def test_copy_bandwidth_is_plausible():
     assert 0.1 < timing.copy_bandwidth_TBps(1 << 28, reps=5) < 20  # TB/s: any real GPU lies here
 
 
+@pytest.mark.gpu
+def test_launch_floor_is_plausible():
+    from foxcute import timing
+
+    assert 0.5 < timing.launch_floor_us(reps=5, calls_per_rep=3) < 100  # us: one graph replay, any real GPU
+
+
 def test_floor_is_bytes_over_bandwidth():
     from foxcute import timing
 
@@ -206,3 +213,20 @@ def test_the_readme_headline_names_a_notebook_that_failed(tmp_path):
     text = runner.headline_markdown(folder)
     assert ("Not every notebook of that run passed: 02_correctness failed "
             "(AssertionError: mamba2.backward default: dsigma 6.8e-03).") in text
+
+
+def test_summary_and_headline_report_the_launch_floor_and_fixed_costs(tmp_path):
+    prov = {"utc": "u", "gpu": "NVIDIA H200", "git_commit": "abc123"}
+    fixed = {"case": "kan.backward", "impl": "cute", "batch_1_us": 7.5, "batch": 8192, "batch_us": 10.1,
+             "launch_floor_us": 2.9}
+    (tmp_path / "results_03_profiling.json").write_text(json.dumps(
+        {"provenance": {"copy_bandwidth_TBps": 4.25, "launch_floor_us": 2.9}, "records": [], "fixed_cost": [fixed]}))
+    results = runner.merge_results(tmp_path, prov)
+    assert results["fixed_cost"] == [fixed] and results["provenance"]["launch_floor_us"] == 2.9
+    manifest = {"notebooks": [{"name": "03_profiling", "status": "ok", "seconds": 1.0}], "provenance": prov}
+    text = runner.summary_markdown("run", manifest, results)
+    assert "graph replay of one trivial kernel 2.9 us" in text
+    assert "| kan.backward | cute | 7.5 | 8192 | 10.1 | 2.9 |" in text
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    assert "A graph replay of one trivial kernel took 2.9 us there." in runner.headline_markdown(tmp_path)
