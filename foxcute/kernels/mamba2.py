@@ -106,17 +106,18 @@ def check_sizes(chk: Checker, impl: str) -> None:
 # shared building blocks (called while tracing a kernel)
 
 
-def _tiled_mma(tf32: bool, warps_m: int = 4) -> cute.TiledMma:
-    """The 256-thread MMA of the fused kernels' products (M a multiple of 16 warps_m, N of
-    8 (8 / warps_m)).
+def _tiled_mma(tf32: bool, warps_m: int = 4, warps: int = THREADS // 32) -> cute.TiledMma:
+    """The MMA of the fused kernels' products (M a multiple of 16 warps_m, N of
+    8 (warps / warps_m)).
 
-    tf32: 8 warps as warps_m (M) x 8 / warps_m (N), each warp issuing m16n8k8 mma.sync.
+    tf32: `warps` warps as warps_m (M) x warps / warps_m (N), each warp issuing m16n8k8
+    mma.sync (all 8 of the CTA, or 4 for the backward's dh and dW_C, one CTA half each).
     fp32: one FMA per thread and step over a 16 x 16 thread grid; a warp covers 8 rows x 4
     columns, so the A values it reads from shared memory are 8 distinct rows (conflict-free
     at a row pitch of 4 mod 32) and its B values 4 distinct columns."""
     if tf32:
         return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)),
-                                   cute.make_layout((warps_m, THREADS // 32 // warps_m, 1)))
+                                   cute.make_layout((warps_m, warps // warps_m, 1)))
     return cute.make_tiled_mma(
         cute.nvgpu.MmaUniversalOp(Float32),
         cute.make_layout(((8, 2), (4, 4), 1), stride=((1, 32), (8, 64), 0)),
@@ -784,6 +785,16 @@ class FusedBackward(_TileCopies):
         self.L = _num_weights(SH2, D)
         self.width = _partial_width(SH2, D)
         self.au_pitch = 2 * D + 4  # as before: dh_hist's A reads (g, t) at g * pitch + t, conflict-free
+        # TF32 runs dh and dW_C on the tensor cores (see dh_and_dwc): h and dc take rows past
+        # the tile's samples, kept zero, up to whole MMA tiles (dW_C's K = samples: 8; dh's
+        # M = samples: 16), and dc a row pitch at which dh's A reads (g, t) are conflict-free
+        if self.tf32:
+            self.h_rows = -(-self.samples // 8) * 8
+            self.dc_rows = -(-self.samples // 16) * 16
+            self.dc_pitch = D + 4
+        else:
+            self.h_rows = self.dc_rows = self.samples
+            self.dc_pitch = D
         # sW holds W_A|W_B twice a tile: phase 1 for a|u (TF32: [W_A|W_B]^T, wgmma's B operand,
         # K-major and 128B-swizzled; fp32: K = rows), phase 3 with K = columns through
         # _k_pairs_view (dh_hist's B operand, 64-bit pairs)
@@ -803,12 +814,13 @@ class FusedBackward(_TileCopies):
 
     def smem_bytes(self) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
-        small = (2 * Bt * (CHUNK + 4) + CHUNK * self.wc_pitch + D * (CHUNK + 4) + SH2
-                 + TILE_ROWS * self.au_pitch + Bt * D + Bt + THREADS // 32)
+        small = ((self.h_rows + Bt) * (CHUNK + 4) + CHUNK * self.wc_pitch + SH2
+                 + TILE_ROWS * self.au_pitch + self.dc_rows * self.dc_pitch + Bt + THREADS // 32)
         slack = 16 * 10  # alignment slack per allocation
         if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
             return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
-        return 4 * (TILE_ROWS * self.hist_pitch + self.w_floats() + small) + slack
+        # sWCt: W_C[chunk]^T for the FFMA dh
+        return 4 * (TILE_ROWS * self.hist_pitch + self.w_floats() + small + D * (CHUNK + 4)) + slack
 
     def w_floats(self) -> int:
         """Floats of the sW buffer: the larger of its phase-1 and phase-3 layouts."""
@@ -868,6 +880,84 @@ class FusedBackward(_TileCopies):
         thread's slot i holds (j, s4) = divmod(tid + i * THREADS, D // 4)."""
         return (2 * self.SH2 * self.D + col0 * self.D) // 4 + tid + i * THREADS
 
+    def wc_entry(self, coord_wc: cute.Tensor, col0: Int32, i: int) -> Int32:
+        """Flat index in a partials row of dW_C[col0 + j, s], TF32 dW_C accumulator entry i."""
+        j, s = coord_wc[i]
+        return 2 * self.SH2 * self.D + (col0 + j) * self.D + s
+
+    @cute.jit
+    def dh_and_dwc_mma(self, tid: Int32, tiled_dh: cute.TiledMma, thr_dh: Any, tiled_wc: cute.TiledMma,
+                   thr_wc: Any, coord_wc: cute.Tensor, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
+                   sDout: cute.Tensor, rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32,
+                   b0: Int32, n_samples: Int32, col0: Int32):
+        """TF32 phase 3 of one chunk, the two small products on the tensor cores, side by side:
+        the first 4 warps dh[b, chunk] = dout + dc @ W_C[chunk]^T (M = samples, padded to
+        dc_rows; N = CHUNK; K = D), the other 4 dW_C[chunk] += h^T dc (M = CHUNK, N = D,
+        K = samples, padded to h_rows with zero rows), adding the old partials (rOldWC).
+        Both store 64-bit accumulator pairs. dc, h and W_C were rounded when they were put in
+        shared memory. As FFMA (fp32's path) these took 1 + 2D shared loads and 4D FFMAs per 4
+        outputs of dh, on half of the threads, and 2 Bt loads per 4 of dW_C."""
+        D = self.D
+        if tid < THREADS // 2:
+            acc = tiled_dh.make_fragment_C(tiled_dh.partition_shape_C((self.dc_rows, CHUNK)))
+            acc.fill(0.0)
+            _mma_smem(tiled_dh, thr_dh, acc, sDC, sWC, True, a_rounded=True, b_rounded=True)
+            coord = thr_dh.partition_C(cute.make_identity_tensor((self.dc_rows, CHUNK)))
+            for i in cutlass.range_constexpr(0, cute.size(acc), 2):
+                b, n = coord[i]
+                if b < n_samples:
+                    store_pair(mDH[b0 + b, None], col0 + n, sDout[b, n] + acc[i], sDout[b, n + 1] + acc[i + 1])
+        else:
+            acc = tiled_wc.make_fragment_C(tiled_wc.partition_shape_C((CHUNK, D)))
+            acc.fill(0.0)
+            sHt = cute.make_tensor(sH.iterator, cute.make_layout((CHUNK, self.h_rows), stride=(1, CHUNK + 4)))
+            sDCt = cute.make_tensor(sDC.iterator, cute.make_layout((D, self.h_rows), stride=(1, self.dc_pitch)))
+            _mma_smem(tiled_wc, thr_wc, acc, sHt, sDCt, True, a_rounded=True, b_rounded=True)
+            for i in cutlass.range_constexpr(0, cute.size(acc), 2):
+                store_pair(mP[cta, None], self.wc_entry(coord_wc, col0, i), acc[i] + rOldWC[0, i // 2],
+                           acc[i + 1] + rOldWC[1, i // 2])
+
+    @cute.jit
+    def dh_and_dwc_ffma(self, tid: Int32, sDC: cute.Tensor, sWCt: cute.Tensor, sH: cute.Tensor, sDout: cute.Tensor,
+                        rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32, b0: Int32,
+                        n_samples: Int32, col0: Int32):
+        """fp32 phase 3 of one chunk: dh[b, chunk] = dout + dc @ W_C[chunk]^T and dW_C[chunk] +=
+        h^T dc (adding the old partials, rOldWC) as exact float32 FFMA."""
+        D, Bt = self.D, self.samples
+        quads = D // 4
+        n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
+        # 4 outputs a thread below: each shared-memory read feeds 4 FFMAs, not 1
+        v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        x4 = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        # dh[b, chunk] = dout + dc @ W_C[chunk]^T
+        for i in cutlass.range_constexpr(_slots(Bt * CHUNK // 4)):
+            idx = tid + i * THREADS
+            b = idx // (CHUNK // 4)
+            q = idx - b * (CHUNK // 4)
+            if b < n_samples:
+                cute.autovec_copy(cute.local_tile(sDout[b, None], (4,), (q,)), v)
+                for s in cutlass.range_constexpr(D):
+                    dc = sDC[b, s]
+                    cute.autovec_copy(cute.local_tile(sWCt[s, None], (4,), (q,)), x4)
+                    for e in cutlass.range_constexpr(4):
+                        v[e] = v[e] + dc * x4[e]
+                cute.autovec_copy(v, cute.local_tile(mDH[b0 + b, None], (4,), (col0 // 4 + q,)))
+        # dW_C[chunk] += h[:, chunk]^T @ dc
+        for i in cutlass.range_constexpr(n_wc):
+            idx = tid + i * THREADS
+            j = idx // quads
+            s4 = idx - j * quads
+            if idx < CHUNK * quads:
+                v.fill(0.0)
+                for b in cutlass.range_constexpr(Bt):
+                    hj = sH[b, j]
+                    cute.autovec_copy(cute.local_tile(sDC[b, None], (4,), (s4,)), x4)
+                    for e in cutlass.range_constexpr(4):
+                        v[e] = v[e] + hj * x4[e]
+                for e in cutlass.range_constexpr(4):
+                    v[e] = v[e] + rOldWC[i, e]
+                cute.autovec_copy(v, cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
+
     @cute.kernel
     def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
                mWB: cute.Tensor, mWC: cute.Tensor, mw: cute.Tensor, mP: cute.Tensor,
@@ -892,17 +982,20 @@ class FusedBackward(_TileCopies):
             # [W_A|W_B]^T (2D, Kc) for a|u
             sWt = cute.make_tensor(sW1.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch1)))
         sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
-        sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        sH = smem.allocate_tensor(Float32, cute.make_layout((self.h_rows, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sWC = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, D), stride=(self.wc_pitch, 1)), 16)
-        # phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit distinct banks
-        sWCt = smem.allocate_tensor(Float32, cute.make_layout((D, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        # fp32's phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit
+        # distinct banks (TF32's dh reads sWC, restaged rounded, as its MMA's B operand)
+        sWCt = None
+        if const_expr(not self.tf32):
+            sWCt = smem.allocate_tensor(Float32, cute.make_layout((D, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sWv = smem.allocate_tensor(Float32, cute.make_layout((1, SH2), stride=(SH2, 1)), 16)
         sAUk = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(self.au_pitch, 1)), 16)
         # a|u, then da|du: TF32 keeps its columns in dh_hist's K order (see _k_order_view)
         sAU = _k_order_view(sAUk) if const_expr(self.tf32) else sAUk
         # c from phase 1, then dc written over it in phase 2 (each (b, s) by the thread that read it)
-        sDC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
+        sDC = smem.allocate_tensor(Float32, cute.make_layout((self.dc_rows, D), stride=(self.dc_pitch, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sRed = smem.allocate_tensor(Float32, cute.make_layout((THREADS // 32,)), 16)
         # TF32: each thread's running dsigma sum, touched once a tile: as a register it was the
@@ -938,8 +1031,27 @@ class FusedBackward(_TileCopies):
         n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
         # the partials' old values of a chunk: [dW_A|dW_B] accumulator entries, dW_C, dw
         rOldAB = cute.make_rmem_tensor(cute.make_layout((n_ab,)), Float32)
-        rOldWC = cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32)
         rOldW = cute.make_rmem_tensor(cute.make_layout((1,)), Float32)
+        if const_expr(self.tf32):
+            # dh and dW_C on the tensor cores, one half of the CTA (4 warps) each (dh_and_dwc)
+            half_tid = tid % (THREADS // 2)
+            tiled_dh = _tiled_mma(True, warps_m=1, warps=4)
+            tiled_wc = _tiled_mma(True, warps_m=4, warps=4)
+            thr_dh = tiled_dh.get_slice(half_tid)
+            thr_wc = tiled_wc.get_slice(half_tid)
+            coord_wc = thr_wc.partition_C(cute.make_identity_tensor((CHUNK, D)))
+            rOldWC = cute.make_rmem_tensor(cute.make_layout((2, cute.size(coord_wc) // 2)), Float32)
+            # h's and dc's rows past the tile's samples: dW_C's K padding, zero for good
+            for i in cutlass.range_constexpr(_slots((self.h_rows - Bt) * CHUNK)):
+                idx = tid + i * THREADS
+                if idx < (self.h_rows - Bt) * CHUNK:
+                    sH[Bt + idx // CHUNK, idx % CHUNK] = Float32(0.0)
+            for i in cutlass.range_constexpr(_slots((self.dc_rows - Bt) * D)):
+                idx = tid + i * THREADS
+                if idx < (self.dc_rows - Bt) * D:
+                    sDC[Bt + idx // D, idx % D] = Float32(0.0)
+        else:
+            rOldWC = cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32)
         dsigma = Float32(0.0)  # fp32's running sum (its register allocation is left as it was)
         if const_expr(self.tf32):
             sDsigma[tid] = dsigma
@@ -1063,6 +1175,8 @@ class FusedBackward(_TileCopies):
                         sAU[b * K + t, D + s] = du
                         dsigma = dsigma + lam * xt * sig
                         lam = lam * sigma * sig
+                    if const_expr(self.tf32):  # dc, too, feeds only the tensor cores (dh, dW_C)
+                        dcs = tf32_operand(dcs)
                     sDC[b, s] = dcs
                     if s == 0:
                         sCtx[b] = ctx
@@ -1075,8 +1189,12 @@ class FusedBackward(_TileCopies):
             for kc in cutlass.range(n_chunks, unroll=1):
                 col0 = kc * CHUNK
                 self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
-                self.store_rows(rH, sH, Bt, CHUNK)
-                self.store_rows_transposed(rWC, sWCt, CHUNK, D)
+                # TF32: h and W_C feed only dW_C's and dh's MMAs in this phase
+                self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
+                if const_expr(self.tf32):
+                    self.store_rows(rWC, sWC, CHUNK, D, True)
+                else:
+                    self.store_rows_transposed(rWC, sWCt, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
                 cute.arch.barrier()
                 if kc + 1 < n_chunks:
@@ -1117,10 +1235,17 @@ class FusedBackward(_TileCopies):
                 if tile != cta:
                     for i in cutlass.range_constexpr(n_ab):
                         rOldAB[i] = mP[cta, self.ab_entry(coord_dw, col0, i)]
-                    for i in cutlass.range_constexpr(n_wc):
-                        if tid + i * THREADS < CHUNK * quads:
-                            cute.autovec_copy(cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)),
-                                              rOldWC[i, None])
+                    if const_expr(self.tf32):
+                        if tid >= THREADS // 2:  # dW_C's half: its accumulator pairs' old values
+                            for i in cutlass.range_constexpr(0, cute.size(coord_wc), 2):
+                                cute.autovec_copy(cute.local_tile(mP[cta, None], (2,),
+                                                                  (self.wc_entry(coord_wc, col0, i) // 2,)),
+                                                  rOldWC[None, i // 2])
+                    else:
+                        for i in cutlass.range_constexpr(n_wc):
+                            if tid + i * THREADS < CHUNK * quads:
+                                cute.autovec_copy(cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)),
+                                                  rOldWC[i, None])
                     if tid < CHUNK:
                         rOldW[0] = mP[cta, 3 * SH2 * D + col0 + tid]
 
@@ -1141,37 +1266,11 @@ class FusedBackward(_TileCopies):
                 for i in cutlass.range_constexpr(n_ab):
                     mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_dw[i] + rOldAB[i]
 
-                # 4 outputs a thread below: each shared-memory read feeds 4 FFMAs, not 1
-                v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
-                x4 = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
-                # dh[b, chunk] = dout + dc @ W_C[chunk]^T
-                for i in cutlass.range_constexpr(_slots(Bt * CHUNK // 4)):
-                    idx = tid + i * THREADS
-                    b = idx // (CHUNK // 4)
-                    q = idx - b * (CHUNK // 4)
-                    if b < n_samples:
-                        cute.autovec_copy(cute.local_tile(sDout[b, None], (4,), (q,)), v)
-                        for s in cutlass.range_constexpr(D):
-                            dc = sDC[b, s]
-                            cute.autovec_copy(cute.local_tile(sWCt[s, None], (4,), (q,)), x4)
-                            for e in cutlass.range_constexpr(4):
-                                v[e] = v[e] + dc * x4[e]
-                        cute.autovec_copy(v, cute.local_tile(mDH[b0 + b, None], (4,), (col0 // 4 + q,)))
-                # dW_C[chunk] += h[:, chunk]^T @ dc
-                for i in cutlass.range_constexpr(n_wc):
-                    idx = tid + i * THREADS
-                    j = idx // quads
-                    s4 = idx - j * quads
-                    if idx < CHUNK * quads:
-                        v.fill(0.0)
-                        for b in cutlass.range_constexpr(Bt):
-                            hj = sH[b, j]
-                            cute.autovec_copy(cute.local_tile(sDC[b, None], (4,), (s4,)), x4)
-                            for e in cutlass.range_constexpr(4):
-                                v[e] = v[e] + hj * x4[e]
-                        for e in cutlass.range_constexpr(4):
-                            v[e] = v[e] + rOldWC[i, e]
-                        cute.autovec_copy(v, cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
+                if const_expr(self.tf32):
+                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, coord_wc, sDC, sWC, sH, sDout,
+                                    rOldWC, mDH, mP, cta, b0, n_samples, col0)
+                else:
+                    self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, rOldWC, mDH, mP, cta, b0, n_samples, col0)
                 # dw[chunk] += ctx @ dout[:, chunk]
                 if tid < CHUNK:
                     w_sum = Float32(0.0)
