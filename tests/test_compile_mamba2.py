@@ -130,10 +130,11 @@ def test_tf32_backward_au_is_one_wgmma_group_per_chunk(ptx):
     # rounded in place), B = [W_A|W_B]^T stored transposed and rounded. Every thread fences its
     # stores for the async proxy before the barrier that precedes the group; the group is
     # waited for before the chunk's closing barrier. dh_hist and dW stay mma.sync: 4 + 8 K
-    # steps x 4 + 2 N repeats per chunk.
+    # steps x 4 + 2 N repeats per chunk; so are dh (2 K steps x 2 N repeats, on one CTA half)
+    # and dW_C (1 K step x 2 N repeats, on the other).
     text = ptx["fused_backward_tf32"]
     _assert_one_wgmma_per_k_step(text)
-    assert text.count(TF32_MMA) == 16 + 16
+    assert text.count(TF32_MMA) == 16 + 16 + 4 + 2
     fence = text.index("fence.proxy.async.shared::cta")
     assert text.count("fence.proxy.async.shared::cta") == 1
     at = fence
@@ -180,16 +181,20 @@ def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
     # The backward's dh_hist reads [da|du] K-major at pitch 2D + 4. Its dW reads h_hist^T out
     # of the 128B-swizzled tile, where the XOR makes the four elements' offsets thread
     # dependent: four addresses a thread, computed once (ld.shared off four base registers);
-    # tests/test_gpu_mamba2.py is what shows those are the right elements.
+    # tests/test_gpu_mamba2.py is what shows those are the right elements. Then dh reads dc
+    # K-major at its pitch D + 4, and dW_C h^T, M-major (rows of CHUNK + 4).
     D = mamba2.DEFAULTS["D"]
     text = ptx["fused_backward_tf32"]
     offsets = _mma_a_operand_offsets(text)
-    known = [o for o in offsets if o is not None]
-    assert len(known) == 16 and set(known) == {(0, 8 * (2 * D + 4) * 4, 16, 8 * (2 * D + 4) * 4 + 16)}, set(known)
+    assert len(offsets) == 16 + 16 + 4 + 2
+    au_row, dc_row, h_row = (2 * D + 4) * 4, (D + 4) * 4, (mamba2.CHUNK + 4) * 4
+    assert offsets[:16] == [(0, 8 * au_row, 16, 8 * au_row + 16)] * 16
+    assert offsets[32:36] == [(0, 8 * dc_row, 16, 8 * dc_row + 16)] * 4
+    assert offsets[36:] == [(0, 32, 4 * h_row, 4 * h_row + 32)] * 2
     _, loads, _ = _shared_loads(text)
     flat = re.sub(r"\s+", " ", text)
-    dw = re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat)[16:]
-    assert len(dw) == 16 and offsets[16:] == [None] * 16
+    dw = re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat)[16:32]
+    assert len(dw) == 16 and offsets[16:32] == [None] * 16
     for operands in dw:  # each register its own scalar load, off its own base register
         origins = [loads.get(r.strip()) for r in operands.split(",")]
         assert None not in origins and len({o[0] for o in origins}) == 4, origins
@@ -219,12 +224,17 @@ def test_tf32_b_fragments_load_in_64_bit_pairs(ptx):
     # steps x 4 N repeats per chunk. dW's B ([da|du]^T, K = rows) is K-strided and stays
     # scalar; its K is relabeled the same way (so that its A, h_hist^T, reads the swizzled
     # tile without bank conflicts): rows 2t, 2t+1, one row apart. (a|u is a wgmma now.)
+    # dh's B (W_C, K-major) and dW_C's (dc^T, K = rows of pitch D + 4) stay scalar: 4 floats
+    # and 4 rows apart (6 MMAs a chunk).
     D = mamba2.DEFAULTS["D"]
     backward = _mma_b_operand_loads(ptx["fused_backward_tf32"])
     assert None not in backward, backward
-    assert sum(b[0] == "v2" for b in backward) == 16
-    assert {b for b in backward if b[0] == "scalar"} == {("scalar", 4 * (2 * D + 4))}
-    assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == 16
+    assert [b[0] for b in backward[:16]] == ["v2"] * 16
+    assert backward[16:32] == [("scalar", 4 * (2 * D + 4))] * 16
+    assert backward[32:] == [("scalar", 16)] * 4 + [("scalar", 4 * (D + 4) * 4)] * 2
+    # 2 more v2 loads: dout pairs in dh's epilogue (of a lane's 4 accumulator pairs, the 2
+    # of rows g + 8 >= Bt = 8 are never stored)
+    assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == 16 + 2
 
 
 def _quarter_warp_wavefronts(words):

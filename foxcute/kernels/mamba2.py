@@ -24,8 +24,8 @@ Two implementations, picked by `impl`:
          forward scan is recomputed in registers and
          the reverse scan writes da|du over a|u; then, per SH2 chunk, dh_hist = [da|du] @
          [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
-         shared memory), dh = dout + dc @ W_C^T, dW_C += h^T dc (FFMA, 4 outputs a thread)
-         and dw += ctx^T dout. Each CTA adds its tiles' weight gradients into its own row of
+         shared memory), dh = dout + dc @ W_C^T and dW_C += h^T dc (TF32: mma.sync, one
+         CTA half each; fp32: FFMA, 4 outputs a thread) and dw += ctx^T dout. Each CTA adds its tiles' weight gradients into its own row of
          a partials array in tile order (the row's old values loaded before any of the
          chunk's stores); `column_sum` then sums the rows in a fixed order, in one launch.
          No float atomics: bit-identical runs.
@@ -49,7 +49,7 @@ shared. The scans, c, dctx and every reduction are float32 FFMA in both modes.
 Registers (ptxas 13.0 for sm_90a, on the CPU): at the defaults nothing spills except the fp32
 backward (~36 bytes, per-tile bookkeeping outside the chunk loops). Over the supported range
 (K in {1, 3, 8, 16}, D in {8, 16, 32}, SH2 in {64, 256, 512}, both kernels and precisions:
-144 configurations) ptxas spills in 34, 30 of them the backward; the most at K = 1, D = 32,
+144 configurations) ptxas spills in 30, 26 of them the backward; the most at K = 1, D = 32,
 where a thread carries 8 (sample, state) pairs through the scans (~0.8 KB even at 255
 registers). Those sizes are tested for correctness, not tuned.
 """
@@ -774,6 +774,16 @@ class FusedBackward(_TileCopies):
     (runs 20261129T223000Z -> 20261129T235914Z; 2.93x the floor). The stores were dearer
     than their instruction count: each scalar STG wrote every other word of its sectors.
     Both runs compare the whole kernel, the fast sigmoids (see _sigmoid) included.
+    Then dh = dout + dc W_C^T and dW_C += h^T dc, the per-chunk FFMA products (a large share
+    of the chunk loop's stall samples in an ncu source profile; dh in half of the threads,
+    2D + 1 shared loads and 4D FFMAs per 4 outputs), moved to mma.sync, dh on the first CTA half and dW_C on the other (dh_and_dwc_mma;
+    h, W_C and dc rounded where staged, dc at pitch D + 4 for conflict-free A reads): per warp
+    and chunk ~100 instructions -> ~45 and ~340 -> ~210 shared wavefronts a CTA, predicted
+    -4..10 us; measured 115 -> 110 us graph-replayed (runs 20261130T000948Z ->
+    20261130T011856Z; 2.78x the floor), the kernel 105.7 -> 98.0 us in the step breakdown;
+    dh and dW_C are now TF32 products (they moved by TF32 rounding, within the tolerance at
+    the defaults and 12 odd sizes), every other output bit-identical (GPU check script). Registers: the spills over the supported range fell
+    from 11 to 7 of the 36 TF32 configurations (the zero-padded sH and sDC rows, sWCt gone).
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
