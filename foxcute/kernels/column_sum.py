@@ -145,7 +145,8 @@ class ColumnSum:
                 for p in cutlass.range_constexpr(self.pack):
                     e = p * self.n + col
                     if cutlass.const_expr(self.rows > 1):
-                        self.kahan_add(total, total_comp, 0, total_high[e, None].load() + total_low[e, None].load())
+                        self.kahan_add(total, total_comp, 0,
+                                       total_high[e, None].load() + total_low[e, None].load())
                     else:
                         self.kahan_add(total, total_comp, 0, mTotal[e, None].load())
                 for row in cutlass.range(tail_start, m, unroll=1):

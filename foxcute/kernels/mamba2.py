@@ -25,10 +25,10 @@ Two implementations, picked by `impl`:
          the reverse scan writes da|du over a|u; then, per SH2 chunk, dh_hist = [da|du] @
          [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
          shared memory), dh = dout + dc @ W_C^T and dW_C += h^T dc (TF32: mma.sync, one
-         CTA half each; fp32: FFMA, 4 outputs a thread) and dw += ctx^T dout. Each CTA adds its tiles' weight gradients into its own row of
-         a partials array in tile order (the row's old values loaded before any of the
-         chunk's stores); `column_sum` then sums the rows in a fixed order, in one launch.
-         No float atomics: bit-identical runs.
+         CTA half each; fp32: FFMA, 4 outputs a thread) and dw += ctx^T dout. Each CTA
+         adds its tiles' weight gradients into its own row of a partials array in tile order
+         (the row's old values loaded before any of the chunk's stores); `column_sum` then
+         sums the rows in a fixed order, in one launch. No float atomics: bit-identical runs.
 "seed"   The trainer's plan, kernel by kernel: foxcute.kernels.gemm GEMMs for a|u and c, a
          batch-parallel scan (one thread per (sample, state)) giving ctx, a readout kernel;
          backward: a reverse-scan kernel giving [da|du], dc, ctx and dsigma partials, then
@@ -776,14 +776,15 @@ class FusedBackward(_TileCopies):
     Both runs compare the whole kernel, the fast sigmoids (see _sigmoid) included.
     Then dh = dout + dc W_C^T and dW_C += h^T dc, the per-chunk FFMA products (a large share
     of the chunk loop's stall samples in an ncu source profile; dh in half of the threads,
-    2D + 1 shared loads and 4D FFMAs per 4 outputs), moved to mma.sync, dh on the first CTA half and dW_C on the other (dh_and_dwc_mma;
-    h, W_C and dc rounded where staged, dc at pitch D + 4 for conflict-free A reads): per warp
-    and chunk ~100 instructions -> ~45 and ~340 -> ~210 shared wavefronts a CTA, predicted
-    -4..10 us; measured 115 -> 110 us graph-replayed (runs 20261130T000948Z ->
-    20261130T011856Z; 2.78x the floor), the kernel 105.7 -> 98.0 us in the step breakdown;
-    dh and dW_C are now TF32 products (they moved by TF32 rounding, within the tolerance at
-    the defaults and 12 odd sizes), every other output bit-identical (GPU check script). Registers: the spills over the supported range fell
-    from 11 to 7 of the 36 TF32 configurations (the zero-padded sH and sDC rows, sWCt gone).
+    2D + 1 shared loads and 4D FFMAs per 4 outputs), moved to mma.sync, dh on the first CTA
+    half and dW_C on the other (dh_and_dwc_mma; h, W_C and dc rounded where staged, dc at
+    pitch D + 4 for conflict-free A reads): per warp and chunk ~100 instructions -> ~45, and
+    ~340 -> ~210 shared wavefronts a CTA; predicted -4..10 us. Measured 115 -> 110 us
+    graph-replayed (runs 20261130T000948Z -> 20261130T011856Z; 2.78x the floor), the kernel
+    105.7 -> 98.0 us in the step breakdown. dh and dW_C are now TF32 products (they moved by
+    TF32 rounding, within the tolerance at the defaults and 12 odd sizes), every other output
+    bit-identical (GPU check script). ptxas spills over the supported range fell from 11 to 7
+    of the 36 TF32 configurations (sWCt is gone).
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
@@ -795,7 +796,7 @@ class FusedBackward(_TileCopies):
         self.L = _num_weights(SH2, D)
         self.width = _partial_width(SH2, D)
         self.au_pitch = 2 * D + 4  # as before: dh_hist's A reads (g, t) at g * pitch + t, conflict-free
-        # TF32 runs dh and dW_C on the tensor cores (see dh_and_dwc): h and dc take rows past
+        # TF32 runs dh and dW_C on the tensor cores (dh_and_dwc_mma): h and dc take rows past
         # the tile's samples, kept zero, up to whole MMA tiles (dW_C's K = samples: 8; dh's
         # M = samples: 16), and dc a row pitch at which dh's A reads (g, t) are conflict-free
         if self.tf32:
@@ -897,9 +898,9 @@ class FusedBackward(_TileCopies):
 
     @cute.jit
     def dh_and_dwc_mma(self, tid: Int32, tiled_dh: cute.TiledMma, thr_dh: Any, tiled_wc: cute.TiledMma,
-                   thr_wc: Any, coord_wc: cute.Tensor, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
-                   sDout: cute.Tensor, rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32,
-                   b0: Int32, n_samples: Int32, col0: Int32):
+                       thr_wc: Any, coord_wc: cute.Tensor, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
+                       sDout: cute.Tensor, rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32,
+                       b0: Int32, n_samples: Int32, col0: Int32):
         """TF32 phase 3 of one chunk, the two small products on the tensor cores, side by side:
         the first 4 warps dh[b, chunk] = dout + dc @ W_C[chunk]^T (M = samples, padded to
         dc_rows; N = CHUNK; K = D), the other 4 dW_C[chunk] += h^T dc (M = CHUNK, N = D,
@@ -1043,7 +1044,7 @@ class FusedBackward(_TileCopies):
         rOldAB = cute.make_rmem_tensor(cute.make_layout((n_ab,)), Float32)
         rOldW = cute.make_rmem_tensor(cute.make_layout((1,)), Float32)
         if const_expr(self.tf32):
-            # dh and dW_C on the tensor cores, one half of the CTA (4 warps) each (dh_and_dwc)
+            # dh and dW_C on the tensor cores, one half of the CTA (4 warps) each (dh_and_dwc_mma)
             half_tid = tid % (THREADS // 2)
             tiled_dh = _tiled_mma(True, warps_m=1, warps=4)
             tiled_wc = _tiled_mma(True, warps_m=4, warps=4)
