@@ -785,6 +785,14 @@ class FusedBackward(_TileCopies):
     TF32 rounding, within the tolerance at the defaults and 12 odd sizes), every other output
     bit-identical (GPU check script). ptxas spills over the supported range fell from 11 to 7
     of the 36 TF32 configurations (sWCt is gone).
+    dW on one warpgroup's wgmma, A = h_hist^T in registers (RS: an H200 probe confirmed the
+    fragment layout), B = a K-major swizzled [da|du]^T written by the scan, dh and dW_C on
+    the other half (branch wip/m2-dw-wgmma-rs): predicted -3..8 us from the shared loads it
+    saves (64 a thread and chunk on 8 warps -> 32 on 4); bit-identical outputs, but slower
+    in the GPU check, and its 9 KB more shared memory no longer fit K = 1, SH2 = 512, D = 32.
+    Not kept. Not analysed (the device time was spent); a likely cause is the chunk's
+    critical path: the dW half's fragment loads and two waited wgmma groups (its 32 A
+    registers at once made ptxas spill) against the other half's three products.
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
