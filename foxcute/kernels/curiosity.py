@@ -48,6 +48,10 @@ WeightGrad 24.5 us, column_sum 5.1 us; the layer 75.8 us graph-replayed (81.5 us
 overlap). Still far from its 20 us target; RowPass's critical path, what bounds it and the
 options: see RowPass; what binds WeightGrad: see gemm.WeightGrad.
 The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
+Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
+where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
+row-pass CTAs runs the same chain (four products, their epilogues, ~40 barriers) as the
+single CTA of batch 1, so most of the time is that chain's latency, not the batch's work.
 """
 
 from __future__ import annotations

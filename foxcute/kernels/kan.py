@@ -64,7 +64,9 @@ tf32 backward: ONE launch, the batch reduction included (KanBackwardTf32).
   layer 10.1 us graph-replayed, the kernel 9.3 us in the step breakdown: the model missed by
   about half. An ncu profile (not committed) shows 1452 instructions a warp, as counted, but
   each warp waits 6.6 cycles per issued instruction where the model counted issue slots
-  (2 cycles with two warps a scheduler): latencies, not issue slots, bind.
+  (2 cycles with two warps a scheduler): latencies, not issue slots, bind. At batch 1 the
+  layer takes 7.43 us (run 20261130T011856Z, 10.15 at 8192; a graph replay of one trivial
+  kernel 2.25 us): most of its time does not scale with the batch.
   Considered and not taken: a cluster/DSMEM first level (fewer round trips, but 8-CTA
   clusters at one CTA per SM must fit the GPCs, unverifiable here), finishers that spin on
   other CTAs (a forward-progress assumption), one finish level (295 KB through one SM,
