@@ -362,8 +362,8 @@ class SkinnyMatmul:
     "row_dot" out[m] = sum_n relu(C[m, n] + bias[n]) * v[n] + c0 (a second layer with one
     output, reduced in registers and across the 4 lanes sharing a row: out is [M]).
 
-    Where N is even (`pairs`), each thread's accumulators (g, 2t), (g, 2t + 1) are stored as
-    one 64-bit pair (store_pair). The same change to the
+    With `pairs` (stores_pairs: N even, an output of N columns), each thread's accumulators
+    (g, 2t), (g, 2t + 1) are stored as one 64-bit pair (store_pair). The same change to the
     Mamba2 fused backward's dh_hist stores gained there several times what its instruction
     count predicted (see mamba2.FusedBackward); here it about halved the time of the seed's
     dh_hist GEMM (M = 65536, N = 256, K = 32; GPU check script, outputs bit-identical), and
@@ -375,7 +375,8 @@ class SkinnyMatmul:
         self.bn = bn
         self.bm = 128 if bn <= 64 else 64  # 64 accumulators per thread
         self.vec = vec_k
-        self.pairs = pairs and epilogue != "row_dot"
+        assert not (pairs and epilogue == "row_dot"), "row_dot's output is [M]: no pairs to store"
+        self.pairs = pairs
 
     @cute.jit
     def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, out_ptr: cute.Pointer,
@@ -666,6 +667,12 @@ def _tile_n(n: int) -> int:
     return bn
 
 
+def stores_pairs(epilogue: str, n: int) -> bool:
+    """Whether SkinnyMatmul stores its output in 64-bit pairs: N even and an [M, N] output (one
+    rule, so that the compile cache gets one key per kernel: row_dot at even and odd N is one)."""
+    return n % 2 == 0 and epilogue != "row_dot"
+
+
 def matmul_compile_args(epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool = False) -> tuple:
     """(kernel object, arguments) to compile SkinnyMatmul with, on any machine."""
     p = _cute.fake_ptr()
@@ -728,7 +735,7 @@ def matmul(A: Any, B_t: Any, *, epilogue: str = "none", bias: Any = None, v: Any
     else:
         chk.array("out", out, out_shape)
     vec = _vec(k)
-    fn = _compile_matmul(epilogue, precision, _tile_n(n), vec, n % 2 == 0)
+    fn = _compile_matmul(epilogue, precision, _tile_n(n), vec, stores_pairs(epilogue, n))
     unused = A  # pointers an epilogue does not read: any valid address
     fn(_cute.gmem_ptr(A), _cute.gmem_ptr(B_t), _cute.gmem_ptr(out),
        _cute.gmem_ptr(bias if bias is not None else unused), _cute.gmem_ptr(v if v is not None else unused),
@@ -797,8 +804,8 @@ def compiled_for_ci() -> dict[str, Any]:
     out = {}
     for precision in PRECISIONS:
         for epilogue in EPILOGUES:
-            out[f"matmul_{epilogue}_{precision}"] = _compile_matmul(epilogue, precision, _tile_n(128), 4, True,
-                                                                    keep=True)
+            out[f"matmul_{epilogue}_{precision}"] = _compile_matmul(epilogue, precision, _tile_n(128), 4,
+                                                                    stores_pairs(epilogue, 128), keep=True)
         out[f"weight_grad_{precision}"] = _compile_weight_grad(precision, ((4, 4, True),), keep=True)
         out[f"weight_grad_pair_{precision}"] = _compile_weight_grad(precision, ((4, 4, False), (4, 4, False)),
                                                                      keep=True)

@@ -384,6 +384,17 @@ class _TileCopies:
         cute.arch.cp_async_commit_group()
 
     @cute.jit
+    def zero_rows(self, dst: cute.Tensor, first: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
+                  width: cutlass.Constexpr[int]):
+        """dst[first + r, 0:width] <- 0 for r < rows, element by element, the CTA's threads
+        round-robin."""
+        tid, _, _ = cute.arch.thread_idx()
+        for i in cutlass.range_constexpr(_slots(rows * width)):
+            idx = tid + i * THREADS
+            if idx < rows * width:
+                dst[first + idx // width, idx % width] = Float32(0.0)
+
+    @cute.jit
     def round_rows_in_place(self, tile: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
         """tile[r, 0:width] <- tf32_operand of itself, for the vectors this thread copied there
         with copy_rows_async (the same thread mapping): once its cp.async group has landed
@@ -1061,14 +1072,8 @@ class FusedBackward(_TileCopies):
             coord_wc = thr_wc.partition_C(cute.make_identity_tensor((CHUNK, D)))
             rOldWC = cute.make_rmem_tensor(cute.make_layout((2, cute.size(coord_wc) // 2)), Float32)
             # h's and dc's rows past the tile's samples: dW_C's K padding, zero for good
-            for i in cutlass.range_constexpr(_slots((self.h_rows - Bt) * CHUNK)):
-                idx = tid + i * THREADS
-                if idx < (self.h_rows - Bt) * CHUNK:
-                    sH[Bt + idx // CHUNK, idx % CHUNK] = Float32(0.0)
-            for i in cutlass.range_constexpr(_slots((self.dc_rows - Bt) * D)):
-                idx = tid + i * THREADS
-                if idx < (self.dc_rows - Bt) * D:
-                    sDC[Bt + idx // D, idx % D] = Float32(0.0)
+            self.zero_rows(sH, Bt, self.h_rows - Bt, CHUNK)
+            self.zero_rows(sDC, Bt, self.dc_rows - Bt, D)
         else:
             rOldWC = cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32)
         dsigma = Float32(0.0)  # fp32's running sum (its register allocation is left as it was)
@@ -1287,7 +1292,7 @@ class FusedBackward(_TileCopies):
 
                 if const_expr(self.tf32):
                     self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, coord_wc, sDC, sWC, sH, sDout,
-                                    rOldWC, mDH, mP, cta, b0, n_samples, col0)
+                                        rOldWC, mDH, mP, cta, b0, n_samples, col0)
                 else:
                     self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, rOldWC, mDH, mP, cta, b0, n_samples, col0)
                 # dw[chunk] += ctx @ dout[:, chunk]
