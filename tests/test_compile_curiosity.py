@@ -121,11 +121,17 @@ def test_epilogue_loads_are_not_serialized_behind_stores(precision, tmp_path):
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
 def test_output_stores_are_64_bit_pairs(precision, tmp_path):
     """Each lane holds two adjacent columns of an accumulator row, stored as one 64-bit STG:
-    per thread hid 32 values, dpred 2 x 32, dz 32 and ds 2 x 32 (defaults), 96 pairs. Work
-    between a value and its store can split the pairs: converting hid, dpred and dz to TF32
-    before their stores (an experiment) left half of them 32-bit, and the row pass slower."""
-    ops = re.findall(r"\bSTG\.E(\.64)?\b", _sass(precision, tmp_path))
-    assert ops.count(".64") == (32 + 2 * 32 + 32 + 2 * 32) // 2
+    per thread ds 2 x 32 values (defaults), and in fp32 hid 32, dpred 2 x 32 and dz 32 too,
+    96 pairs. TF32 writes hid, dpred and dz K-major for the wgmma weight gradients: one 32-bit
+    STG an element, the 8 lanes of a column storing 8 consecutive rows (a whole 32-byte
+    sector), 128 a thread; and s^T, two 128-bit STG a thread and chunk, in z's chunk loop."""
+    ops = re.findall(r"\bSTG\.E(\.64|\.128)?\b", _sass(precision, tmp_path))
+    if precision == "fp32":
+        assert ops.count(".64") == (32 + 2 * 32 + 32 + 2 * 32) // 2
+    else:
+        assert ops.count(".64") == 2 * 32 // 2
+        assert ops.count(".128") == 2  # the loop body: s^T
+        assert ops.count("") >= 32 + 2 * 32 + 32  # hid^T, dpred^T, dz^T (+ r, partials)
 
 
 def test_tf32_fragments_by_ldmatrix_and_rounded_once():
@@ -135,12 +141,13 @@ def test_tf32_fragments_by_ldmatrix_and_rounded_once():
     3xTF32 split is integer arithmetic, the weights come rounded from WeightPrep, and hid,
     dpred and dz are rounded once where they are left in shared memory (32 for hid, and
     COLSUM_ROWS each for dpred and dz: their column-sum passes load that many rows, then
-    store them rounded). Before: 448 cvt.rna, one per fragment element, and 439 scalar shared
-    loads."""
+    store them rounded), and dpred, dz once more as their K-major copies leave the
+    accumulators (64 and 32; hid's copy is sZ's value). Before: 448 cvt.rna, one per fragment
+    element, and 439 scalar shared loads."""
     ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
     tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
     assert tf32.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * 4 * (2 + 2)
-    assert tf32.count("cvt.rna.tf32.f32") == 32 + 2 * curiosity.COLSUM_ROWS
+    assert tf32.count("cvt.rna.tf32.f32") == 32 + 2 * curiosity.COLSUM_ROWS + 64 + 32
     assert "ldmatrix" not in fp32 and "cvt.rna" not in fp32
     # WeightPrep: W2 and W1s rounded in TF32 mode only.
     assert ptx["weight_prep_tf32"].count("cvt.rna.tf32.f32") == 2 and "cvt.rna" not in ptx["weight_prep_fp32"]

@@ -21,6 +21,7 @@ def ptx():
 def test_every_variant_compiled_for_hopper(ptx):
     want = {f"matmul_{e}_{p}" for e in gemm.EPILOGUES for p in gemm.PRECISIONS}
     want |= {f"weight_grad_{p}" for p in gemm.PRECISIONS} | {f"weight_grad_pair_{p}" for p in gemm.PRECISIONS}
+    want |= {"kmajor_weight_grad_pair"}
     assert set(ptx) == want
     for name, text in ptx.items():
         assert ".target sm_90a" in text, name
@@ -28,6 +29,8 @@ def test_every_variant_compiled_for_hopper(ptx):
 
 def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
     for name, text in ptx.items():
+        if name.startswith("kmajor"):
+            continue  # wgmma on operands their producer rounded (test_kmajor_weight_grad_...)
         if name.endswith("tf32"):
             assert TF32_MMA in text, name
             assert "cvt.rna.tf32.f32" in text, name  # round, not truncate, to TF32
@@ -49,6 +52,19 @@ def test_weight_grad_only_atomic_is_the_integer_ticket(ptx):
         # The pair: one ticket per problem's branch.
         atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_pair_{p}"])
         assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
+
+
+def test_kmajor_weight_grad_is_wgmma_on_operands_rounded_by_their_producer(ptx):
+    """The K-major pair: per problem's branch one m64n64k8 TF32 wgmma per 8 batch rows of a
+    32-row stage (4), reading both operands from shared memory (no mma.sync, no fragment
+    conversions: cvt.rna is the producer's), each tile's ticket the only atomic."""
+    text = ptx["kmajor_weight_grad_pair"]
+    wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.tf32\.tf32", text)
+    assert wgmma == ["m64n64k8"] * (2 * gemm.KMajorWeightGrad.KB // 8), wgmma
+    assert "mma.sync" not in text and "cvt.rna" not in text
+    assert text.count("wgmma.commit_group") == 2 and "fence.proxy.async.shared::cta" in text
+    atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", text)
+    assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
 
 
 def test_scalar_load_variant_for_odd_k():

@@ -81,6 +81,49 @@ def test_two_weight_grads_in_one_launch(rng, precision):
     assert bool(cp.isnan(dW1[:, f:]).all())  # the action columns are not touched
 
 
+def rna_tf32(x):
+    """float32 x rounded to nearest TF32, ties away from zero (cvt.rna), as float32."""
+    return ((x.view(np.int32) + np.int32(0x1000)) & np.int32(-0x2000)).view(np.float32)
+
+
+def kmajor_operand(rng, rows, batch, kp):
+    """[rows, kp] K-major TF32 operand: random over the batch, zero in the padding columns."""
+    x = np.zeros((rows, kp), np.float32)
+    x[:, :batch] = rna_tf32(rng.standard_normal((rows, batch), dtype=np.float32))
+    return x
+
+
+# (M, N, batch): the curiosity pair's defaults, tiles cut by 32-wide M and N, batch 1 (one
+# split), batch 7, 65537 rows (many k-blocks a split), the widest sizes.
+KMAJOR_SHAPES = [(256, 128, 8192), (96, 160, 8191), (32, 32, 1), (64, 32, 7), (128, 256, 65537), (512, 512, 3000)]
+
+
+@pytest.mark.parametrize("m,n,batch", KMAJOR_SHAPES)
+def test_kmajor_weight_grads(rng, m, n, batch):
+    # Curiosity's pair from K-major operands: dW0 [M, N] = A_t B_t^T and a second problem
+    # with the operands swapped into a wider output (rows N + 3 apart, the last 3 columns not
+    # written). The operands are exact TF32 values, so only the tensor cores' float32
+    # accumulation separates the result from the float64 product: 1.9e-5 at 65537 rows on the
+    # H200, so the bound is 1e-4, a twentieth of the TF32 budget (a lost or doubled 32-row
+    # k-block of 8192 rows alone would be ~6e-2).
+    kp = -(-batch // gemm.KMajorWeightGrad.KB) * gemm.KMajorWeightGrad.KB
+    a, b = kmajor_operand(rng, m, batch, kp), kmajor_operand(rng, n, batch, kp)
+    dW0 = cp.full((m, n), np.nan, np.float32)
+    dW1 = cp.full((n, m + 3), np.nan, np.float32)
+    a_d, b_d = cp.asarray(a), cp.asarray(b)
+    gemm.kmajor_weight_grads_into([(a_d, b_d, dW0, n), (b_d, a_d, dW1, m + 3)], kp)
+    ab = a.astype(np.float64) @ b.astype(np.float64).T
+    assert rel_err(dW0, ab) <= 1e-4
+    assert rel_err(dW1[:, :m], ab.T) <= 1e-4
+    assert bool(cp.isnan(dW1[:, m:]).all())
+    runs = []
+    for _ in range(3):  # one problem alone (other splits than the pair's), fixed-order sums
+        gemm.kmajor_weight_grads_into([(a_d, b_d, dW0, n)], kp)
+        runs.append(dW0.get())
+    assert rel_err(runs[0], ab) <= 1e-4
+    assert all(np.array_equal(r, runs[0]) for r in runs[1:])
+
+
 def test_every_row_and_column_lands_once():
     # Small integers are exact in TF32 and in float32 sums: a dropped, doubled or misplaced
     # row/column shows up as an exact mismatch.

@@ -136,6 +136,19 @@ def tickets(x: Any, count: int) -> Any:
 
 
 @cute.jit
+def take_ticket(mTicket: cute.Tensor, t: cutlass.Int32, tid: cutlass.Int32, sTicket: cute.Tensor) -> cutlass.Int32:
+    """Publish this CTA's global writes, then draw ticket t once for the whole CTA (0, 1, ...:
+    the CTA that draws count - 1 is the last to arrive, and reads the others' writes after a
+    gpu-scope fence of its own). sTicket: one Int32 of shared memory."""
+    cute.arch.fence_acq_rel_gpu()
+    cute.arch.sync_threads()
+    if tid == 0:
+        sTicket[0] = cute.arch.atomic_add(mTicket.iterator + t, cutlass.Int32(1), sem="acq_rel", scope="gpu")
+    cute.arch.sync_threads()
+    return sTicket[0]
+
+
+@cute.jit
 def sum_rows_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, count: cutlass.Int32,
                       tid: cutlass.Int32, acc: cute.Tensor, threads: cutlass.Constexpr[int],
                       row_vecs: cutlass.Constexpr[int], rows_per_step: cutlass.Constexpr[int]):

@@ -115,13 +115,7 @@ class ColumnSum:
         self.sum_rows(mG, mG.shape[0], cta, num_ctas, tid, first_vec, sHigh, sLow, mWork, cta)
 
         # Publish the partials, then take a ticket; the CTA that draws the last one finishes.
-        cute.arch.fence_acq_rel_gpu()
-        cute.arch.sync_threads()
-        if tid == 0:
-            sTicket[0] = cute.arch.atomic_add(mTicket.iterator + column_slice, Int32(1), sem="acq_rel",
-                                              scope="gpu")
-        cute.arch.sync_threads()
-        if sTicket[0] == num_ctas - 1:
+        if _cute.take_ticket(mTicket, column_slice, tid, sTicket) == num_ctas - 1:
             cute.arch.fence_acq_rel_gpu()
             # Phase 2: the CTAs' partials, summed in CTA order by the same code. With several
             # thread rows the total stays in shared memory (sHigh[0] + sLow[0]) for the

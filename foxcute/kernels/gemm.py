@@ -3,14 +3,17 @@ N and K up to 512, with the epilogues those layers need fused in.
 
     matmul(A [M, K], B_t [N, K])  -> epilogue(A @ B_t^T)       (B_t is a torch Linear weight)
     weight_grad(dY [M, N], X [M, K]) -> (dW = dY^T X [N, K], db = sum_m dY [N])
+    kmajor_weight_grads_into: dW = A_t B_t^T from operands stored K-major (transposed)
 
 Why it is built this way.
 - Every shape here is memory-bound (e.g. [65536 x 256] @ [256 x 32]: 64 MB read for 1 GFLOP),
   so what counts is reading A once with 128-bit coalesced loads and keeping the small
   operand in shared memory. The tensor core path is the warp-level mma.sync m16n8k8 TF32
   (precision "tf32", the default): TF32 wgmma (kernels/_wgmma.py, the Mamba2 kernels') takes
-  K-major operands only, which the weight gradients' are not (see WeightGrad for a wgmma
-  version that was measured and not kept). "fp32" runs the same tiles with FFMA on the same
+  K-major operands only, which a weight gradient of [batch, features] activations has not
+  (see WeightGrad for a wgmma version that restaged them and was not kept); where the
+  producer writes its activations transposed, KMajorWeightGrad runs the product on wgmma
+  (curiosity's TF32 weight gradients). "fp32" runs the same tiles with FFMA on the same
   accumulator layout, so epilogues are shared.
 - Operands stream global -> shared memory with cp.async (16-byte copies when the row length
   is a multiple of 4, else 4-byte ones, chosen statically) in K-chunks of 32 through a
@@ -37,7 +40,8 @@ from cutlass import Float32, Float64, Int32
 from cutlass._mlir.dialects import llvm
 
 from .. import _arrays
-from . import _cute
+from . import _cute, _wgmma
+from cutlass.cute.nvgpu import warpgroup
 
 EPILOGUES = ("none", "bias_relu", "sigmoid", "row_dot")
 PRECISIONS = ("tf32", "fp32")
@@ -287,7 +291,7 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
     """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over STAGES shared
     buffers: chunks kc+1 and kc+2 are in flight (cp.async) while chunk kc is multiplied. A is
     streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
-    streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
+    streamed. after_chunk(kc, buf), if given, runs on each staged chunk after its MMAs (e.g. a
     column sum of the staged operand). multiply(sA_chunk, sB_chunk, acc), if given, does a
     chunk's products in place of tile_mma (a caller's own fragment path; mode and a_relu are
     then unused). started: the caller has already issued the first chunks (start_chunks with
@@ -337,12 +341,12 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
             tile_mma(tiled_mma, tid, cute.local_tile(a_resident, (a_rows_resident, CHUNK), (0, kc)),
                      b_view[None, None, buf], acc, mode, a_relu)
         if cutlass.const_expr(after_chunk is not None):
-            after_chunk(buf)
+            after_chunk(kc, buf)
     cute.arch.sync_threads()
 
 
 @cute.jit
-def add_bias_column(total: cute.Tensor, sDyT: cute.Tensor, kt: Int32, col: Int32, buf: Int32):
+def add_bias_column(total: cute.Tensor, sDyT: cute.Tensor, kt: Int32, col: Int32, kc: Int32, buf: Int32):
     """db: in the CTAs of the first K-tile, thread col < bn adds column col of the staged dY
     chunk `buf` (sDyT: [bn, CHUNK, STAGES]) to total[0], in row order."""
     if kt == 0:
@@ -470,7 +474,8 @@ class SkinnyMatmul:
 class WeightGrad:
     """dW = dY^T X ([N, K], row stride ldo) and db = column sums of dY ([N]), deterministic,
     for one or two independent problems over the same batch in one launch (curiosity's dW2
-    and dW1 run side by side: twice the CTAs in flight, one launch).
+    and dW1 in fp32 mode run side by side: twice the CTAs in flight, one launch; TF32 runs
+    them on KMajorWeightGrad).
 
     CTA (c, tile) reduces rows [c*rows_per_cta, (c+1)*rows_per_cta) of the batch into one
     [bn, bk] tile (nt, kt) of a problem's dW; CTAs with kt == 0 also sum dY's columns. In the
@@ -621,12 +626,7 @@ class WeightGrad:
                 mWorkB[tid, nt, cta] = col_sum[0]
 
         # Publish the partials, then take a ticket; the CTA that draws the last one finishes.
-        cute.arch.fence_acq_rel_gpu()
-        cute.arch.sync_threads()
-        if tid == 0:
-            sTicket[0] = cute.arch.atomic_add(mTicket.iterator + tile, Int32(1), sem="acq_rel", scope="gpu")
-        cute.arch.sync_threads()
-        if sTicket[0] == num_ctas - 1:
+        if _cute.take_ticket(mTicket, tile, tid, sTicket) == num_ctas - 1:
             cute.arch.fence_acq_rel_gpu()
             # Thread t adds float4 vectors t, t + THREADS, ... of the tile over c = 0, 1, ...:
             # all its vectors' loads of one c are independent, keeping enough in flight.
@@ -652,6 +652,175 @@ class WeightGrad:
                         mDb[nt * self.bn + tid] = total
             if tid == 0:
                 mTicket[tile] = Int32(0)
+
+
+class KMajorWeightGrad:
+    """dW = A_t @ B_t^T for one or two problems over the same batch in one launch, both
+    operands K-major (A_t [M, Kp], B_t [N, Kp]: the batch, the reduction, contiguous) and
+    already rounded to TF32 (their writer did it), on Hopper's TF32 wgmma.
+
+    Why K-major: a weight gradient reduces over the batch, and activations stored [batch,
+    features] make both of its operands MN-major, which TF32 wgmma does not take (WeightGrad
+    multiplies those with mma.sync, each fragment element a scalar shared load down a
+    transposed view, ~11 instructions an MMA). A producer that writes its activations
+    transposed (curiosity's row pass: hid, dpred, dz and s, from values it holds rounded)
+    lets the tensor cores read every operand straight from shared memory: 16-byte cp.async
+    copies into the 128B-swizzled K-major layout, no fragment registers, no conversions.
+    Kp is a multiple of KB (the producer writes zeros past the batch), so the k loop has no
+    bounds; rows past M or N are zero-filled.
+
+    CTA (split, tile): one warpgroup, a [BM, bn] tile (mt, nt) of a problem's dW over the
+    batch rows of k-blocks [split * kb_per_split, ...) (KB rows each); STAGES shared stages:
+    STAGES - 2 k-blocks in flight by cp.async, two in the tensor cores (a stage is refilled
+    after the barrier that follows every warp's wait for the wgmma group that read it). The
+    partial tile goes to work[tile * splits + split]; the CTA that draws the tile's last ticket
+    sums the tile's partials in split order (_cute.sum_rows_in_order) and writes dW: the
+    order is fixed, so results are bit-identical from run to run.
+
+    Measured (H200, curiosity's pair at the defaults: M x N = 256 x 128 and 128 x 256 over
+    8192 rows, 16 tiles x 8 splits = 128 CTAs; GPU check scripts, not committed): 15.5 and
+    16.8 us graph-replayed in two runs, where WeightGrad took 24.9 us on the same values
+    row-major. What bounds it is still partly open: its tiles read 64 MB from L2 (each operand
+    again for every tile beside it), and the finishing CTA's ordered sum of 8 partial tiles
+    (128 KB through one SM, 3 splits' loads in flight) is a few of those microseconds:
+    64 x 128 tiles (48 MB read, 16 splits to fill the SMs) took 23.0 us, twice the splits
+    22.1 us, four times 31.3 us, each finisher reading 2-4x as much. A finish through
+    distributed shared memory instead (the tile's 8 splits one cluster, each summing an eighth
+    of the tile from its peers' shared memory in split order: no partials, no ticket) was
+    correct and deterministic but slower, 22.7 us (not analysed; the clusters' scheduling is
+    the first suspect); not kept."""
+
+    BM = 64  # dW rows of a tile: one m64 wgmma
+    KB = 32  # batch rows of a stage: one swizzle atom row (128 bytes) of every operand row
+    STAGES = 6
+    THREADS = _wgmma.WARPGROUP
+
+    def __init__(self, bn: int, problems: int):
+        self.bn = bn  # dW columns of a tile (wgmma N)
+        self.problems = problems
+
+    @cute.jit
+    def __call__(self, a0: cute.Pointer, b0: cute.Pointer, dw0: cute.Pointer, m0: Int32, n0: Int32, ldo0: Int32,
+                 a1: cute.Pointer, b1: cute.Pointer, dw1: cute.Pointer, m1: Int32, n1: Int32, ldo1: Int32,
+                 work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, kp_vecs: Int32, kb_per_split: Int32,
+                 splits: Int32, stream):
+        kp = cute.assume(kp_vecs * 4, divby=self.KB)
+        p0 = self.problem_tensors(a0, b0, dw0, m0, n0, ldo0, kp, kp_vecs)
+        p1 = self.problem_tensors(a1, b1, dw1, m1, n1, ldo1, kp, kp_vecs)
+        tiles0 = p0[-1]
+        tiles = tiles0 + (p1[-1] if cutlass.const_expr(self.problems == 2) else 0)
+        tile_vecs = self.BM * self.bn // 4
+        mWork = cute.make_tensor(work_ptr, cute.make_layout((tiles * splits, tile_vecs, 4),
+                                                            stride=(tile_vecs * 4, 4, 1)))
+        mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(tiles))
+        self.kernel(*p0[:-1], *p1[:-1], tiles0, mWork, mTicket, kp // self.KB, kb_per_split, splits).launch(
+            grid=[splits, tiles, 1], block=[self.THREADS, 1, 1], stream=stream)
+
+    @cute.jit
+    def problem_tensors(self, a_ptr, b_ptr, dw_ptr, m, n, ldo, kp, kp_vecs):
+        mA = cute.make_tensor(a_ptr, cute.make_layout((m, kp_vecs, 4), stride=(kp, 4, 1)))
+        mB = cute.make_tensor(b_ptr, cute.make_layout((n, kp_vecs, 4), stride=(kp, 4, 1)))
+        mDw = cute.make_tensor(dw_ptr, cute.make_layout((m, n), stride=(ldo, 1)))
+        n_tiles = (n + self.bn - 1) // self.bn
+        return mA, mB, mDw, n_tiles, ((m + self.BM - 1) // self.BM) * n_tiles
+
+    @cute.kernel
+    def kernel(self, mA0: cute.Tensor, mB0: cute.Tensor, mDw0: cute.Tensor, n_tiles0: Int32,
+               mA1: cute.Tensor, mB1: cute.Tensor, mDw1: cute.Tensor, n_tiles1: Int32, tiles0: Int32,
+               mWork: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32, kb_per_split: Int32, splits: Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        split, tile, _ = cute.arch.block_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sA = _wgmma.allocate_sw128(smem, (self.BM, self.KB, self.STAGES))
+        sB = _wgmma.allocate_sw128(smem, (self.bn, self.KB, self.STAGES))
+        sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
+        if cutlass.const_expr(self.problems == 1):
+            self.tile(mA0, mB0, mDw0, n_tiles0, tile, tile, split, tid, sA, sB, sTicket, mWork, mTicket,
+                      num_kb, kb_per_split, splits)
+        else:
+            if tile < tiles0:
+                self.tile(mA0, mB0, mDw0, n_tiles0, tile, tile, split, tid, sA, sB, sTicket, mWork, mTicket,
+                          num_kb, kb_per_split, splits)
+            else:
+                self.tile(mA1, mB1, mDw1, n_tiles1, tile - tiles0, tile, split, tid, sA, sB, sTicket, mWork,
+                          mTicket, num_kb, kb_per_split, splits)
+
+    @cute.jit
+    def load_block(self, mX: cute.Tensor, row0: Int32, kblock: Int32, sX: cute.Tensor, rows: cutlass.Constexpr[int],
+                   tid: Int32):
+        """sX (rows, KB) <- mX[row0 : row0 + rows, kblock * KB : ...] by 16-byte cp.async into the
+        swizzled layout; rows past mX's are zeroed (a warp copies 4 whole 128-byte rows)."""
+        atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
+                                   Float32, num_bits_per_copy=128)
+        per_row = self.KB // 4
+        for j in cutlass.range_constexpr(rows * per_row // self.THREADS):
+            idx = tid + j * self.THREADS
+            r = idx // per_row
+            q = idx % per_row
+            dst = cute.local_tile(sX[r, None], (4,), (q,))
+            if row0 + r < cute.size(mX, mode=[0]):
+                cute.copy(atom, mX[row0 + r, kblock * per_row + q, None], dst)
+            else:
+                zeros = cute.make_rmem_tensor((4,), Float32)
+                zeros.fill(0.0)
+                cute.autovec_copy(zeros, dst)
+
+    @cute.jit
+    def tile(self, mA: cute.Tensor, mB: cute.Tensor, mDw: cute.Tensor, n_tiles: Int32, local_tile: Int32,
+             tile: Int32, split: Int32, tid: Int32, sA: cute.Tensor, sB: cute.Tensor, sTicket: cute.Tensor,
+             mWork: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32, kb_per_split: Int32, splits: Int32):
+        stages = self.STAGES
+        m0 = (local_tile // n_tiles) * self.BM
+        n0 = (local_tile % n_tiles) * self.bn
+        tiled = _wgmma.tiled_mma_tf32(self.bn)
+        thr = tiled.get_slice(tid)
+        tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, KB / 8, STAGES) descriptors
+        tCrB = tiled.make_fragment_B(thr.partition_B(sB))
+        acc = tiled.make_fragment_C(tiled.partition_shape_C((self.BM, self.bn)))
+        acc.fill(0.0)
+        kb0 = split * kb_per_split
+        count = cutlass.max(cutlass.min(kb_per_split, num_kb - kb0), 0)
+        for s in cutlass.range_constexpr(stages - 2):
+            if s < count:
+                self.load_block(mA, m0, kb0 + s, sA[None, None, s], self.BM, tid)
+                self.load_block(mB, n0, kb0 + s, sB[None, None, s], self.bn, tid)
+            cute.arch.cp_async_commit_group()  # one group a block (empty past the end)
+        for i in cutlass.range(count, unroll=1):
+            cute.arch.cp_async_wait_group(stages - 3)  # block i has landed (this thread's copies)
+            _wgmma.publish()  # ... and the zero-fill stores: visible to the tensor cores
+            # every thread's block i is in; every warp has waited for wgmma group i - 2, so its
+            # stage ((i - 2) % STAGES) can be refilled
+            cute.arch.barrier()
+            ahead = i + stages - 2
+            if ahead < count:
+                self.load_block(mA, m0, kb0 + ahead, sA[None, None, ahead % stages], self.BM, tid)
+                self.load_block(mB, n0, kb0 + ahead, sB[None, None, ahead % stages], self.bn, tid)
+            cute.arch.cp_async_commit_group()
+            _wgmma.mma_group(tiled, acc, tCrA, tCrB, a_at=(i % stages,), b_at=(i % stages,))
+            warpgroup.wait_group(1)
+        warpgroup.wait_group(0)
+
+        # This CTA's partial tile, then a ticket; the CTA that draws the last one finishes.
+        coord = thr.partition_C(cute.make_identity_tensor((self.BM, self.bn)))
+        row = tile * splits + split
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            e = coord[i][0] * self.bn + coord[i][1]
+            mWork[row, e // 4, e % 4] = acc[i]
+        if _cute.take_ticket(mTicket, tile, tid, sTicket) == splits - 1:
+            cute.arch.fence_acq_rel_gpu()
+            tile_vecs = self.BM * self.bn // 4
+            total = cute.make_rmem_tensor((tile_vecs // self.THREADS, 4), Float32)
+            _cute.sum_rows_in_order(mWork, tile * splits, splits, tid, total, self.THREADS, tile_vecs,
+                                    max(1, 24 // (tile_vecs // self.THREADS)))
+            for j in cutlass.range_constexpr(tile_vecs // self.THREADS):
+                e = (tid + j * self.THREADS) * 4
+                r = m0 + e // self.bn
+                for v in cutlass.range_constexpr(4):
+                    c = n0 + e % self.bn + v
+                    if r < cute.size(mDw, mode=[0]) and c < cute.size(mDw, mode=[1]):
+                        mDw[r, c] = total[j, v]
+            if tid == 0:
+                mTicket[tile] = Int32(0)  # ready for the next launch (and graph replay)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -684,6 +853,17 @@ def weight_grad_compile_args(precision: str, problems: tuple) -> tuple:
     p, i = _cute.fake_ptr(), Int32(1)
     return (WeightGrad(precision, problems), p, p, p, p, i, i, i, p, p, p, p, i, i, i, p,
             _cute.fake_ptr(Int32), i, i, i, _cute.fake_stream())
+
+
+def kmajor_weight_grad_compile_args(bn: int, problems: int) -> tuple:
+    p, i = _cute.fake_ptr(), Int32(1)
+    return (KMajorWeightGrad(bn, problems), p, p, p, i, i, i, p, p, p, i, i, i, p, _cute.fake_ptr(Int32),
+            i, i, i, _cute.fake_stream())
+
+
+def _compile_kmajor_weight_grad(bn: int, problems: int, keep: bool = False) -> Any:
+    return _compiled.get(("kmajor_weight_grad", bn, problems, keep), lambda: _cute.compile_kernel(
+        *kmajor_weight_grad_compile_args(bn, problems), keep=keep))
 
 
 def _compile_matmul(epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool,
@@ -799,6 +979,41 @@ def weight_grads_into(problems: list, precision: str) -> None:
        _cute.current_stream(problems[0][0]))
 
 
+KMAJOR_TILE_N = 64  # dW columns of a KMajorWeightGrad tile
+
+
+def kmajor_split(num_kb: int, tiles: int, sms: int) -> tuple[int, int]:
+    """(splits of the batch, k-blocks a split) for KMajorWeightGrad: about one CTA an SM over
+    all tiles (more splits lengthen the finishing CTA's sum). Fixed by its arguments, and so
+    is the summation order."""
+    want = max(1, min(sms // tiles, num_kb))
+    per_split = -(-num_kb // want)
+    return -(-num_kb // per_split), per_split
+
+
+def kmajor_weight_grads_into(problems: list, kp: int) -> None:
+    """One launch for one or two weight gradients from K-major operands already rounded to
+    TF32, over a batch padded to kp rows (a multiple of KMajorWeightGrad.KB, zeros past the
+    batch): problems = [(A_t [M, kp], B_t [N, kp], dW, ldo)] writes dW[:M, :N] = A_t @ B_t^T
+    into `dW` (rows `ldo` floats apart)."""
+    kernel = KMajorWeightGrad
+    bn = KMAJOR_TILE_N
+    x = problems[0][0]
+    tiles = sum(-(-a.shape[0] // kernel.BM) * -(-b.shape[0] // bn) for a, b, *_ in problems)
+    splits, per_split = kmajor_split(kp // kernel.KB, tiles, _cute.sm_count(x))
+    work = _arrays.empty(x, (tiles * splits * kernel.BM * bn,))
+    tickets = _cute.tickets(x, tiles)
+    ptr = _cute.gmem_ptr
+    args = []
+    for a, b, dw, ldo in problems:
+        args += [ptr(a), ptr(b), ptr(dw), Int32(a.shape[0]), Int32(b.shape[0]), Int32(ldo)]
+    if len(problems) == 1:
+        args += args  # the second problem's slots, unused
+    _compile_kmajor_weight_grad(bn, len(problems))(
+        *args, ptr(work), ptr(tickets, Int32), Int32(kp // 4), Int32(per_split), Int32(splits),
+        _cute.current_stream(x))
+
+
 def compiled_for_ci() -> dict[str, Any]:
     """Every kernel variant compiled with PTX kept, at the trainer's default widths."""
     out = {}
@@ -809,4 +1024,5 @@ def compiled_for_ci() -> dict[str, Any]:
         out[f"weight_grad_{precision}"] = _compile_weight_grad(precision, ((4, 4, True),), keep=True)
         out[f"weight_grad_pair_{precision}"] = _compile_weight_grad(precision, ((4, 4, False), (4, 4, False)),
                                                                      keep=True)
+    out["kmajor_weight_grad_pair"] = _compile_kmajor_weight_grad(KMAJOR_TILE_N, 2, keep=True)
     return out

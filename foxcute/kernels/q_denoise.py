@@ -215,7 +215,7 @@ class QDenoiseKernel:
         group = cta // group_size
         group_first = group * group_size
         members = cutlass.min(group_size, num_ctas - group_first)
-        if self.take_ticket(mTicket, group, tid, sTicket) == members - 1:
+        if _cute.take_ticket(mTicket, group, tid, sTicket) == members - 1:
             cute.arch.fence_acq_rel_gpu()  # acquire: the other members' rows are visible
             acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
             _cute.sum_rows_in_order(mWork, group_first, members, tid, acc, THREADS, self.vecs, self.rows_per_step)
@@ -227,7 +227,7 @@ class QDenoiseKernel:
                     vec = tid + g * THREADS
                     if vec < self.vecs:
                         mWork[num_ctas + group, vec, None].store(acc[g, None].load())
-                if self.take_ticket(mTicket, num_groups, tid, sTicket) == num_groups - 1:
+                if _cute.take_ticket(mTicket, num_groups, tid, sTicket) == num_groups - 1:
                     cute.arch.fence_acq_rel_gpu()
                     _cute.sum_rows_in_order(mWork, num_ctas, num_groups, tid, acc, THREADS, self.vecs,
                                             self.rows_per_step)
@@ -298,17 +298,6 @@ class QDenoiseKernel:
             sTab[self.c_dy + a, tid] = dy[a]
         sTab[self.c_one, tid] = Float32(1.0)
         sTab[self.c_sq, tid] = sq * scale
-
-    @cute.jit
-    def take_ticket(self, mTicket: cute.Tensor, t: Int32, tid: Int32, sTicket: cute.Tensor) -> Int32:
-        """Publish this CTA's global writes, then draw ticket t once for the whole CTA
-        (0, 1, ...: the CTA that draws count-1 is the last to arrive)."""
-        cute.arch.fence_acq_rel_gpu()
-        cute.arch.sync_threads()
-        if tid == 0:
-            sTicket[0] = cute.arch.atomic_add(mTicket.iterator + t, Int32(1), sem="acq_rel", scope="gpu")
-        cute.arch.sync_threads()
-        return sTicket[0]
 
     @cute.jit
     def write_out(self, mOut: cute.Tensor, acc: cute.Tensor, tid: Int32):
