@@ -55,7 +55,13 @@ options: see RowPass; what binds WeightGrad: see gemm.WeightGrad.
 Then the TF32 weight gradients moved to wgmma on K-major copies (GPU check scripts, same
 run, graph-replayed): the pair 24.9 -> 15.5 us (gemm.KMajorWeightGrad), but WeightPrep + the
 row pass 43.6 -> 47.7 us, of which the extra 8 MB of s^T is most (by difference: the row pass
-with only hid^T stored took 39.0 us); the layer 75.5 -> 71.7 us (72.8 in a second run).
+with only hid^T stored took 39.0 us); the layer 75.5 -> 71.7 us (72.8 in a second run). H200
+papermill run 20261201T180840Z: the layer 72.0 us (75.3 in run 20261130T011856Z); step
+breakdown RowPass 42.2 us (38.7), KMajorWeightGrad 17.2 us (WeightGrad 24.4); at batch 1 the
+layer now takes 51.2 us (44.5): the K-major stores lengthen the lone CTA's chain (not
+analysed further). Next: dW1 without s^T, as dW1^T = s^T dz on wgmma with A = s from
+registers (RS: no majorness constraint; each thread's A elements loaded from a row-major s
+tile), B = dz^T K-major; predicted to win back most of the row pass's ~4 us.
 Written from the column-sum passes as float4 runs along the batch (each warp instruction
 32 half sectors), dpred^T and dz^T made the row pass 6 us slower than from the accumulators;
 s^T from z's A fragments instead of the staged chunk was no faster (and 255 registers).
