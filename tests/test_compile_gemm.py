@@ -55,14 +55,19 @@ def test_weight_grad_only_atomic_is_the_integer_ticket(ptx):
 
 
 def test_kmajor_weight_grad_is_wgmma_on_operands_rounded_by_their_producer(ptx):
-    """The K-major pair: per problem's branch one m64n64k8 TF32 wgmma per 8 batch rows of a
-    32-row stage (4), reading both operands from shared memory (no mma.sync, no fragment
-    conversions: cvt.rna is the producer's), each tile's ticket the only atomic."""
+    """Curiosity's pair ("kmajor", "rows"): per problem's branch one m64n64k8 TF32 wgmma per 8
+    batch rows of a 32-row stage (4); "kmajor" reads both operands from shared memory through
+    descriptors, "rows" its A from 4 registers a k-step, loaded from the staged X tile (16
+    scalar shared loads a thread and stage) and rounded there by adding half a TF32 ulp (no
+    cvt.rna: the K-major operands' rounding is their producer's), in a loop unrolled twice
+    over two register sets (8 wgmma, 32 loads); no mma.sync; each tile's ticket the only
+    atomic."""
     text = ptx["kmajor_weight_grad_pair"]
-    wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.tf32\.tf32", text)
-    assert wgmma == ["m64n64k8"] * (2 * gemm.KMajorWeightGrad.KB // 8), wgmma
+    wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.tf32\.tf32 \{[^}]*\}, (\{|%rd)", text)
+    assert wgmma == [("m64n64k8", "%rd")] * 4 + [("m64n64k8", "{")] * 8, wgmma
     assert "mma.sync" not in text and "cvt.rna" not in text
-    assert text.count("wgmma.commit_group") == 2 and "fence.proxy.async.shared::cta" in text
+    assert text.count("ld.shared.b32") == 2 * 16 + 2  # X's fragment elements, and each branch's ticket
+    assert text.count("wgmma.commit_group") == 1 + 2 and "fence.proxy.async.shared::cta" in text
     atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", text)
     assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
 

@@ -100,28 +100,33 @@ KMAJOR_SHAPES = [(256, 128, 8192), (96, 160, 8191), (32, 32, 1), (64, 32, 7), (1
 
 @pytest.mark.parametrize("m,n,batch", KMAJOR_SHAPES)
 def test_kmajor_weight_grads(rng, m, n, batch):
-    # Curiosity's pair from K-major operands: dW0 [M, N] = A_t B_t^T and a second problem
-    # with the operands swapped into a wider output (rows N + 3 apart, the last 3 columns not
-    # written). The operands are exact TF32 values, so only the tensor cores' float32
-    # accumulation separates the result from the float64 product: 1.9e-5 at 65537 rows on the
-    # H200, so the bound is 1e-4, a twentieth of the TF32 budget (a lost or doubled 32-row
-    # k-block of 8192 rows alone would be ~6e-2).
+    # Curiosity's pair: dW0 [M, N] = A_t B_t^T from two K-major operands ("kmajor"), and
+    # dW1 = B_t X with X [batch, M] as stored ("rows") into a wider output (rows M + 3 apart,
+    # the last 3 columns not written). A_t, B_t are exact TF32 values and X is rounded in the
+    # kernel (to nearest, as here), so only the tensor cores' float32 accumulation separates
+    # the results from the float64 products: 1.9e-5 at 65537 rows on the H200, so the bound is
+    # 1e-4, a twentieth of the TF32 budget (a lost or doubled 32-row k-block of 8192 rows
+    # alone would be ~6e-2).
     kp = -(-batch // gemm.KMajorWeightGrad.KB) * gemm.KMajorWeightGrad.KB
     a, b = kmajor_operand(rng, m, batch, kp), kmajor_operand(rng, n, batch, kp)
+    x = rng.standard_normal((batch, m), dtype=np.float32)
     dW0 = cp.full((m, n), np.nan, np.float32)
     dW1 = cp.full((n, m + 3), np.nan, np.float32)
-    a_d, b_d = cp.asarray(a), cp.asarray(b)
-    gemm.kmajor_weight_grads_into([(a_d, b_d, dW0, n), (b_d, a_d, dW1, m + 3)], kp)
+    a_d, b_d, x_d = cp.asarray(a), cp.asarray(b), cp.asarray(x)
+    gemm.kmajor_weight_grads_into([("kmajor", a_d, b_d, dW0, n), ("rows", x_d, b_d, dW1, m + 3)], batch, kp)
     ab = a.astype(np.float64) @ b.astype(np.float64).T
+    bx = b[:, :batch].astype(np.float64) @ rna_tf32(x).astype(np.float64)
     assert rel_err(dW0, ab) <= 1e-4
-    assert rel_err(dW1[:, :m], ab.T) <= 1e-4
+    assert rel_err(dW1[:, :m], bx) <= 1e-4
     assert bool(cp.isnan(dW1[:, m:]).all())
-    runs = []
-    for _ in range(3):  # one problem alone (other splits than the pair's), fixed-order sums
-        gemm.kmajor_weight_grads_into([(a_d, b_d, dW0, n)], kp)
-        runs.append(dW0.get())
-    assert rel_err(runs[0], ab) <= 1e-4
-    assert all(np.array_equal(r, runs[0]) for r in runs[1:])
+    for kind, args, ref, out in (("kmajor", (a_d, b_d, dW0, n), ab, dW0),
+                                 ("rows", (x_d, b_d, dW1, m + 3), bx, dW1[:, :m])):
+        runs = []
+        for _ in range(3):  # one problem alone (other splits than the pair's), fixed-order sums
+            gemm.kmajor_weight_grads_into([(kind, *args)], batch, kp)
+            runs.append(out.get())
+        assert rel_err(runs[0], ref) <= 1e-4, kind
+        assert all(np.array_equal(r, runs[0]) for r in runs[1:]), kind
 
 
 def test_every_row_and_column_lands_once():

@@ -44,10 +44,11 @@ ATOM_BYTES = 1024  # one swizzle atom: its alignment in shared memory
 
 @dataclass(frozen=True)
 class MmaTF32Op(MmaOp):
-    """wgmma.mma_async m64nNk8 .f32.tf32.tf32, A and B K-major in shared memory."""
+    """wgmma.mma_async m64nNk8 .f32.tf32.tf32, B K-major in shared memory; A K-major in shared
+    memory too (SS), or in registers (RS: each thread's fragment elements, any source layout)."""
 
-    def __init__(self, n: int) -> None:
-        super().__init__(TFloat32, TFloat32, Float32, (MMA_M, n, MMA_K), warpgroup.OperandSource.SMEM,
+    def __init__(self, n: int, a_source: warpgroup.OperandSource = warpgroup.OperandSource.SMEM) -> None:
+        super().__init__(TFloat32, TFloat32, Float32, (MMA_M, n, MMA_K), a_source,
                          OperandMajorMode.K, OperandMajorMode.K)
 
     def _make_trait(self, *, loc: Any = None, ip: Any = None, **kwargs: Any) -> MmaTraits:
@@ -59,9 +60,11 @@ class MmaTF32Op(MmaOp):
         return MmaTraits(make_atom(ty, [Boolean(False).ir_value(loc=loc, ip=ip)], loc=loc, ip=ip))
 
 
-def tiled_mma_tf32(n: int) -> cute.TiledMma:
-    """One warpgroup's m64nNk8 TF32 MMA, accumulating (the caller zeroes the accumulators)."""
-    tiled = cute.make_tiled_mma(cute.make_mma_atom(MmaTF32Op(n)), (1, 1, 1))
+def tiled_mma_tf32(n: int, a_in_registers: bool = False) -> cute.TiledMma:
+    """One warpgroup's m64nNk8 TF32 MMA, accumulating (the caller zeroes the accumulators); A
+    from registers if `a_in_registers` (RS), else from shared memory."""
+    source = warpgroup.OperandSource.RMEM if a_in_registers else warpgroup.OperandSource.SMEM
+    tiled = cute.make_tiled_mma(cute.make_mma_atom(MmaTF32Op(n, source)), (1, 1, 1))
     tiled.set(warpgroup.Field.ACCUMULATE, True)
     return tiled
 

@@ -32,12 +32,13 @@ Where the split is, and why (four launches and one small copy).
   row pass's tiles, so they cannot be accumulated there. They run as one launch for both
   (per-CTA partial tiles, summed in a fixed order by the last CTA of each tile), reading
   operands written just before (mostly still in the 50 MB L2). TF32: `gemm.KMajorWeightGrad`
-  on wgmma, which takes K-major operands only, so the row pass writes hid, dpred, dz and s
-  transposed ([n, Kp], the batch contiguous, Kp = num_ctas * bm with zeros past B) as TF32
-  values: hid and dpred, dz from its accumulators (8 lanes store a column's 8 consecutive
-  rows, a whole 32-byte sector), s from the chunks it stages for z. fp32: `gemm.WeightGrad`
-  (FFMA) from row-major hid, dpred, dz and s itself. Recomputing hid/dpred/dz there instead
-  would redo the forward products.
+  on wgmma, whose shared-memory operands must be K-major, so the row pass writes hid, dpred
+  and dz transposed ([n, Kp], the batch contiguous, Kp = num_ctas * bm with zeros past B) as
+  TF32 values, from its accumulators (8 lanes store a column's 8 consecutive rows, a whole
+  32-byte sector): dW2 = dpred^T hid from two K-major operands, dW1 = dz^T s with s, an
+  input, read as it is into the A registers (gemm's "rows" kind). fp32: `gemm.WeightGrad`
+  (FFMA) from row-major hid, dpred, dz and s. Recomputing hid/dpred/dz there instead would
+  redo the forward products.
 - TF32: z's relu mask is the float64 one (RowPass.exact_sign_epilogue): the few z entries
   whose 3xTF32 value is within its error bound of 0 are summed again in float64 (WeightPrep
   adds W1s's row norms to the workspace for the bound).
@@ -59,12 +60,16 @@ with only hid^T stored took 39.0 us); the layer 75.5 -> 71.7 us (72.8 in a secon
 papermill run 20261201T180840Z: the layer 72.0 us (75.3 in run 20261130T011856Z); step
 breakdown RowPass 42.2 us (38.7), KMajorWeightGrad 17.2 us (WeightGrad 24.4); at batch 1 the
 layer now takes 51.2 us (44.5): the K-major stores lengthen the lone CTA's chain (not
-analysed further). Next: dW1 without s^T, as dW1^T = s^T dz on wgmma with A = s from
-registers (RS: no majorness constraint; each thread's A elements loaded from a row-major s
-tile), B = dz^T K-major; predicted to win back most of the row pass's ~4 us.
-Written from the column-sum passes as float4 runs along the batch (each warp instruction
-32 half sectors), dpred^T and dz^T made the row pass 6 us slower than from the accumulators;
-s^T from z's A fragments instead of the staged chunk was no faster (and 255 registers).
+analysed further). Written from the column-sum passes as float4 runs along the batch (each warp
+instruction 32 half sectors), dpred^T and dz^T made the row pass 6 us slower than from the
+accumulators; s^T from z's A fragments instead of the staged chunk was no faster (and 255
+registers). Then dW1 without s^T: dW1^T = s^T dz with A = s from registers (RS),
+predicted to win back most of the row pass's ~4 us. Measured (GPU check scripts): the row
+pass + prep 47.6-48.1 -> 42.9-43.8 us, as predicted, but the weight gradients 15.5-16.8 ->
+21.1 us while each k-block's wgmma group was waited for before its fragment registers were
+reloaded (the layer no faster: 72.6 -> 72.6-73.6 us in one run); with two fragment register
+sets alternating (one group in flight while the next block's fragment loads) 19.3 us, the
+layer 70.2-70.4 us, batch 1 49.1 us (51.6; on a later machine than the 72.6 us).
 The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
 Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
 where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
@@ -86,7 +91,7 @@ from cutlass.cutlass_dsl import T
 from .. import _arrays
 from . import _cute
 from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, kmajor_weight_grads_into, mma_chunks, relu,
-                   round_tf32, rows_view, staging_by_rows, start_chunks, tf32_operand, weight_grads_into)
+                   round_tf32, rows_view, staging_by_rows, start_chunks, weight_grads_into)
 
 MIN_WIDTH, MAX_WIDTH, WIDTH_MULTIPLE = 32, 512, 32  # F and H: whole CHUNKs of the reductions
 MAX_ACTIONS = 16
@@ -407,10 +412,10 @@ class RowPass:
         # (z_error_per_norm), the only ones whose sign can be wrong, ~5e-4 of them at the
         # defaults, are summed again in float64 from exact products, each by its warp.
         self.exact_signs = precision == "tf32"
-        # TF32: the weight gradients run on wgmma (gemm.KMajorWeightGrad), which takes
-        # K-major operands only: hid, dpred and dz are written transposed ([n, Kp], the
-        # batch contiguous, padded to the grid's Kp = num_ctas * bm rows with zeros), as
-        # the TF32 values the row pass already holds, and so is s (from its staged chunks).
+        # TF32: the weight gradients run on wgmma (gemm.KMajorWeightGrad), whose B operand is
+        # K-major: hid, dpred and dz are written transposed ([n, Kp], the batch contiguous,
+        # padded to the grid's Kp = num_ctas * bm rows with zeros), as the TF32 values the
+        # row pass holds; s, the other operand of dW1, is read from registers there as it is.
         self.k_major = precision == "tf32"
         self.mode_z = "ffma64" if precision == "fp32" else self.mode  # tile_mma's, fp32 only
         self.z_dtype = Float64 if precision == "fp32" else Float32
@@ -458,22 +463,6 @@ class RowPass:
         if p + 1 < len(products):
             a, b, chunks = products[p + 1]
             start_chunks(tid, chunks, a, b)
-
-    @cute.jit
-    def store_s_t(self, sS: cute.Tensor, mSt: cute.Tensor, row0: Int32, tid: Int32, kc: Int32, buf: Int32):
-        """K-major: s^T[kc * CHUNK + lane, row0 + rows of warp w] <- z's staged s chunk kc, as
-        TF32 operands, after the chunk's products (mma_chunks' after_chunk): lane l reads column
-        l of its warp's bm / 8 rows (row pitch 4 mod 32 banks: a warp's loads hit 32 banks) and
-        stores them as float4 along the batch. Rows past the batch were staged as zeros."""
-        warp = tid // 32
-        lane = tid % 32
-        rows = self.bm // (self.threads // 32)
-        vals = cute.make_rmem_tensor(rows, Float32)
-        for j in cutlass.range_constexpr(rows):
-            vals[j] = tf32_operand(sS[warp * rows + j, lane, buf])
-        for q in cutlass.range_constexpr(rows // 4):
-            cute.autovec_copy(cute.local_tile(vals, (4,), (q,)),
-                              mSt[kc * CHUNK + lane, (row0 + warp * rows) // 4 + q, None])
 
     def multiply(self, tiled_mma: cute.TiledMma, tid: Int32, split: bool = False, row_sq=None):
         """mma_chunks' chunk product: TF32 by matrix_tile_mma; fp32 by gemm.tile_mma (None)."""
@@ -591,8 +580,8 @@ class RowPass:
     def __call__(self, s_ptr: cute.Pointer, a_ptr: cute.Pointer, s_next_ptr: cute.Pointer,
                  w1_ptr: cute.Pointer, prep_ptr: cute.Pointer, b1_ptr: cute.Pointer, b2_ptr: cute.Pointer,
                  r_ptr: cute.Pointer, ds_ptr: cute.Pointer, hid_ptr: cute.Pointer, dpred_ptr: cute.Pointer,
-                 dz_ptr: cute.Pointer, st_ptr: cute.Pointer, part_ptr: cute.Pointer, batch: Int32,
-                 num_ctas: Int32, inv_fb: Float32, stream):
+                 dz_ptr: cute.Pointer, part_ptr: cute.Pointer, batch: Int32, num_ctas: Int32,
+                 inv_fb: Float32, stream):
         f, h, w1_cols = self.f, self.h, self.f + self.num_actions
         mS = cute.make_tensor(s_ptr, cute.make_layout((batch, f // 4, 4), stride=(f, 4, 1)))
         mAct = cute.make_tensor(a_ptr, cute.make_layout(batch))
@@ -608,20 +597,17 @@ class RowPass:
         mR = cute.make_tensor(r_ptr, cute.make_layout(batch))
         mDs = cute.make_tensor(ds_ptr, cute.make_layout((batch, f), stride=(f, 1)))
         if cutlass.const_expr(self.k_major):
-            # hid^T, dpred^T, dz^T, s^T: [n, Kp], Kp = num_ctas * bm; s^T as float4 vectors
-            # along the batch
+            # hid^T, dpred^T, dz^T: [n, Kp], Kp = num_ctas * bm
             kp = cute.assume(num_ctas * self.bm, divby=self.bm)
             mHid = cute.make_tensor(hid_ptr, cute.make_layout((h, kp), stride=(kp, 1)))
             mDp = cute.make_tensor(dpred_ptr, cute.make_layout((f, kp), stride=(kp, 1)))
             mDz = cute.make_tensor(dz_ptr, cute.make_layout((h, kp), stride=(kp, 1)))
-            mSt = cute.make_tensor(st_ptr, cute.make_layout((f, kp // 4, 4), stride=(kp, 4, 1)))
         else:
             mHid = cute.make_tensor(hid_ptr, cute.make_layout((batch, h), stride=(h, 1)))
             mDp = cute.make_tensor(dpred_ptr, cute.make_layout((batch, f), stride=(f, 1)))
             mDz = cute.make_tensor(dz_ptr, cute.make_layout((batch, h), stride=(h, 1)))
-            mSt = mDz  # not written
         mPart = cute.make_tensor(part_ptr, cute.make_layout(num_ctas * self.partial_width))
-        self.kernel(mS, mAct, mSn, mW1sv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs, mHid, mDp, mDz, mSt, mPart,
+        self.kernel(mS, mAct, mSn, mW1sv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs, mHid, mDp, mDz, mPart,
                     batch, num_ctas, inv_fb).launch(
             grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream,
             # One CTA per SM (its shared memory allows no second at the widest sizes): ptxas
@@ -633,8 +619,7 @@ class RowPass:
                mW1: cute.Tensor, mB1: cute.Tensor, mW2v: cute.Tensor, mW2tv: cute.Tensor,
                mW1stv: cute.Tensor, mB2: cute.Tensor,
                mR: cute.Tensor, mDs: cute.Tensor, mHid: cute.Tensor, mDp: cute.Tensor,
-               mDz: cute.Tensor, mSt: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32,
-               inv_fb: Float32):
+               mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         bm, f, h, na = self.bm, self.f, self.h, self.num_actions
@@ -703,12 +688,8 @@ class RowPass:
             acc1.fill(0.0)
             row_sq = row_norm if cutlass.const_expr(self.exact_signs and nt == 0) else None
             z_s, z_w, chunks = products[nt]
-            store_s_t = None  # K-major: s^T from the chunks staged for z (once: its first column tile)
-            if cutlass.const_expr(self.k_major and nt == 0):
-                store_s_t = functools.partial(self.store_s_t, sS, mSt, row0, tid)
             mma_chunks(tiled_mma, tid, acc1, self.mode_z, chunks, z_s, z_w,
-                       multiply=self.multiply(tiled_mma, tid, split=True, row_sq=row_sq), started=nt > 0,
-                       after_chunk=store_s_t)
+                       multiply=self.multiply(tiled_mma, tid, split=True, row_sq=row_sq), started=nt > 0)
             self.start_next(tid, products, nt)
             if cutlass.const_expr(row_sq is not None):
                 for i in cutlass.range_constexpr(cute.size(row_norm)):
@@ -908,7 +889,7 @@ _compiled = _cute.CompiledCache()
 def row_pass_compile_args(f: int, h: int, num_actions: int, precision: str, action_dtype: type) -> tuple:
     p = _cute.fake_ptr()
     return (RowPass(f, h, num_actions, precision, action_dtype), p, _cute.fake_ptr(action_dtype), p, p, p,
-            p, p, p, p, p, p, p, p, p, Int32(1), Int32(1), Float32(1.0), _cute.fake_stream())
+            p, p, p, p, p, p, p, p, Int32(1), Int32(1), Float32(1.0), _cute.fake_stream())
 
 
 def weight_prep_compile_args(f: int, h: int, num_actions: int, precision: str) -> tuple:
@@ -955,15 +936,17 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     h, w1_cols = W1.shape
     num_actions = w1_cols - f
     width = partials_width(f, h, num_actions)
-    r, ds, hid, dpred, dz, s_t, partials = row_pass_outputs(s, a, s_next, W1, b1, W2, b2, precision=precision)
+    r, ds, hid, dpred, dz, partials = row_pass_outputs(s, a, s_next, W1, b1, W2, b2, precision=precision)
     sums = sum_partials(partials, len(partials) // width, width)
 
     dW2 = _arrays.empty(s, (f, h))
     dW1 = _arrays.empty(s, (h, w1_cols))
     # dW2 = dpred^T hid and dW1[:, :F] = dz^T s (rows F + A apart), side by side in one launch:
-    # TF32 from the row pass's K-major copies on wgmma, fp32 by FFMA from the row-major ones.
-    if s_t is not None:
-        kmajor_weight_grads_into([(dpred, hid, dW2, h), (dz, s_t, dW1, w1_cols)], s_t.shape[1])
+    # TF32 on wgmma from the row pass's K-major copies (dW1 = dz^T s reads s as it is), fp32 by
+    # FFMA from the row-major ones.
+    if precision == "tf32":
+        kmajor_weight_grads_into([("kmajor", dpred, hid, dW2, h), ("rows", s, dz, dW1, w1_cols)],
+                                 s.shape[0], dz.shape[1])
     else:
         weight_grads_into([(dpred, hid, dW2, h, None), (dz, s, dW1, w1_cols, None)], precision)
     dW1[:, f:] = sums[f + h:f + h + h * num_actions].reshape(h, num_actions)
@@ -975,11 +958,11 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
 
 def row_pass_outputs(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2: Any, *,
                      precision: str = "tf32") -> tuple:
-    """WeightPrep and the row pass: (r [B], ds [B, F], hid, dpred, dz, s_t, per-CTA partials
-    [num_ctas * width]) on the current stream. TF32: hid [H, Kp], dpred [F, Kp], dz [H, Kp] and
-    s_t [F, Kp] are K-major (transposed, rounded to TF32, zero in the padding columns past
-    B, Kp = num_ctas * bm); fp32: hid [B, H], dpred [B, F], dz [B, H] and s_t None. (hid and
-    dz are also what the GPU tests read the relu mask from.)"""
+    """WeightPrep and the row pass: (r [B], ds [B, F], hid, dpred, dz, per-CTA partials
+    [num_ctas * width]) on the current stream. TF32: hid [H, Kp], dpred [F, Kp] and dz [H, Kp]
+    are K-major (transposed, rounded to TF32, zero in the padding columns past B, Kp =
+    num_ctas * bm); fp32: hid [B, H], dpred [B, F], dz [B, H]. (hid and dz are also what the
+    GPU tests read the relu mask from.)"""
     batch, f = s.shape
     h, w1_cols = W1.shape
     num_actions = w1_cols - f
@@ -990,20 +973,17 @@ def row_pass_outputs(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     width = partials_width(f, h, num_actions)
     r = _arrays.empty(s, (batch,))
     ds = _arrays.empty(s, (batch, f))
-    if precision == "tf32":
-        kp = num_ctas * bm
-        hid, dpred, dz, s_t = (_arrays.empty(s, (n, kp)) for n in (h, f, h, f))
-    else:
-        hid, dpred, dz, s_t = _arrays.empty(s, (batch, h)), _arrays.empty(s, (batch, f)), _arrays.empty(s, (batch, h)), None
+    shapes = [(n, num_ctas * bm) for n in (h, f, h)] if precision == "tf32" else [(batch, n) for n in (h, f, h)]
+    hid, dpred, dz = (_arrays.empty(s, shape) for shape in shapes)
     partials = _arrays.empty(s, (num_ctas * width,))
     prep = _arrays.empty(s, (4 * h * f + h,))  # WeightPrep's operands, then (TF32) W1s's row norms
     ptr = _cute.gmem_ptr
     stream = _cute.current_stream(s)
     _compile_weight_prep(f, h, num_actions, precision)(ptr(W1), ptr(W2), ptr(prep), stream)
     row_pass(ptr(s), ptr(a, action_dtype), ptr(s_next), ptr(W1), ptr(prep), ptr(b1), ptr(b2), ptr(r),
-             ptr(ds), ptr(hid), ptr(dpred), ptr(dz), ptr(s_t if s_t is not None else dz), ptr(partials),
-             Int32(batch), Int32(num_ctas), Float32(1.0 / (f * batch)), stream)
-    return r, ds, hid, dpred, dz, s_t, partials
+             ptr(ds), ptr(hid), ptr(dpred), ptr(dz), ptr(partials), Int32(batch), Int32(num_ctas),
+             Float32(1.0 / (f * batch)), stream)
+    return r, ds, hid, dpred, dz, partials
 
 
 def sum_partials(partials: Any, num_ctas: int, width: int) -> Any:

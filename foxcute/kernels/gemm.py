@@ -291,7 +291,7 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
     """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over STAGES shared
     buffers: chunks kc+1 and kc+2 are in flight (cp.async) while chunk kc is multiplied. A is
     streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
-    streamed. after_chunk(kc, buf), if given, runs on each staged chunk after its MMAs (e.g. a
+    streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
     column sum of the staged operand). multiply(sA_chunk, sB_chunk, acc), if given, does a
     chunk's products in place of tile_mma (a caller's own fragment path; mode and a_relu are
     then unused). started: the caller has already issued the first chunks (start_chunks with
@@ -341,12 +341,12 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
             tile_mma(tiled_mma, tid, cute.local_tile(a_resident, (a_rows_resident, CHUNK), (0, kc)),
                      b_view[None, None, buf], acc, mode, a_relu)
         if cutlass.const_expr(after_chunk is not None):
-            after_chunk(kc, buf)
+            after_chunk(buf)
     cute.arch.sync_threads()
 
 
 @cute.jit
-def add_bias_column(total: cute.Tensor, sDyT: cute.Tensor, kt: Int32, col: Int32, kc: Int32, buf: Int32):
+def add_bias_column(total: cute.Tensor, sDyT: cute.Tensor, kt: Int32, col: Int32, buf: Int32):
     """db: in the CTAs of the first K-tile, thread col < bn adds column col of the staged dY
     chunk `buf` (sDyT: [bn, CHUNK, STAGES]) to total[0], in row order."""
     if kt == 0:
@@ -655,149 +655,215 @@ class WeightGrad:
 
 
 class KMajorWeightGrad:
-    """dW = A_t @ B_t^T for one or two problems over the same batch in one launch, both
-    operands K-major (A_t [M, Kp], B_t [N, Kp]: the batch, the reduction, contiguous) and
-    already rounded to TF32 (their writer did it), on Hopper's TF32 wgmma.
+    """Weight gradients on Hopper's TF32 wgmma, for one or two problems over the same batch in
+    one launch, each of one of two kinds (its operands' layouts):
 
-    Why K-major: a weight gradient reduces over the batch, and activations stored [batch,
-    features] make both of its operands MN-major, which TF32 wgmma does not take (WeightGrad
-    multiplies those with mma.sync, each fragment element a scalar shared load down a
-    transposed view, ~11 instructions an MMA). A producer that writes its activations
-    transposed (curiosity's row pass: hid, dpred, dz and s, from values it holds rounded)
-    lets the tensor cores read every operand straight from shared memory: 16-byte cp.async
-    copies into the 128B-swizzled K-major layout, no fragment registers, no conversions.
-    Kp is a multiple of KB (the producer writes zeros past the batch), so the k loop has no
-    bounds; rows past M or N are zero-filled.
+    "kmajor"  dW [M, N] = A_t @ B_t^T, both operands K-major (A_t [M, Kp], B_t [N, Kp]: the
+              batch, the reduction, contiguous), A and B from shared memory (SS);
+    "rows"    dW [N, M] = B_t @ X, i.e. dY^T X with dY given K-major (B_t = dY^T [N, Kp]) and
+              X [B, M] as stored: computed as D = X^T B_t^T [M, N], A = X^T from registers
+              (RS: each thread loads its fragment elements from a row-major X tile), stored
+              transposed.
 
-    CTA (split, tile): one warpgroup, a [BM, bn] tile (mt, nt) of a problem's dW over the
-    batch rows of k-blocks [split * kb_per_split, ...) (KB rows each); STAGES shared stages:
-    STAGES - 2 k-blocks in flight by cp.async, two in the tensor cores (a stage is refilled
-    after the barrier that follows every warp's wait for the wgmma group that read it). The
-    partial tile goes to work[tile * splits + split]; the CTA that draws the tile's last ticket
-    sums the tile's partials in split order (_cute.sum_rows_in_order) and writes dW: the
-    order is fixed, so results are bit-identical from run to run.
+    Both operands come already rounded to TF32 except X, which is rounded as it is loaded
+    into the fragment. Why: a weight gradient reduces over the batch, and activations stored
+    [batch, features] make both of its operands MN-major, which TF32 wgmma takes only from
+    registers (WeightGrad multiplies them with mma.sync, each fragment element a scalar
+    shared load down a transposed view, ~11 instructions an MMA). A producer that writes one
+    activation transposed (curiosity's row pass: hid, dpred, dz) gives the tensor cores a
+    K-major B, and A is either K-major too or read into registers; 16-byte cp.async copies
+    stage every operand (K-major ones into the 128B-swizzled layout). Kp is a multiple of KB
+    (the producer writes zeros past the batch, X's rows past B are zero-filled), so the k
+    loop has no bounds; rows past M or N are zero-filled.
 
-    Measured (H200, curiosity's pair at the defaults: M x N = 256 x 128 and 128 x 256 over
-    8192 rows, 16 tiles x 8 splits = 128 CTAs; GPU check scripts, not committed): 15.5 and
-    16.8 us graph-replayed in two runs, where WeightGrad took 24.9 us on the same values
-    row-major. What bounds it is still partly open: its tiles read 64 MB from L2 (each operand
-    again for every tile beside it), and the finishing CTA's ordered sum of 8 partial tiles
-    (128 KB through one SM, 3 splits' loads in flight) is a few of those microseconds:
-    64 x 128 tiles (48 MB read, 16 splits to fill the SMs) took 23.0 us, twice the splits
-    22.1 us, four times 31.3 us, each finisher reading 2-4x as much. A finish through
-    distributed shared memory instead (the tile's 8 splits one cluster, each summing an eighth
-    of the tile from its peers' shared memory in split order: no partials, no ticket) was
-    correct and deterministic but slower, 22.7 us (not analysed; the clusters' scheduling is
-    the first suspect); not kept."""
+    CTA (split, tile): one warpgroup, a [BM, bn] tile (mt, nt) of a problem's D over the batch
+    rows of k-blocks [split * kb_per_split, ...) (KB rows each); STAGES shared stages:
+    STAGES - 2 k-blocks in flight by cp.async, up to two in the tensor cores (a stage is
+    refilled after the barrier that follows every warp's wait for the wgmma group that read
+    it; "rows" alternates two sets of fragment registers, reloading one while the group
+    reading the other is in flight). The partial
+    tile goes to work[tile * splits + split]; the CTA that draws the tile's last ticket sums
+    the tile's partials in split order (_cute.sum_rows_in_order) and writes dW: the order is
+    fixed, so results are bit-identical from run to run.
 
-    BM = 64  # dW rows of a tile: one m64 wgmma
-    KB = 32  # batch rows of a stage: one swizzle atom row (128 bytes) of every operand row
+    Measured (H200, curiosity's pair at the defaults: 256 x 128 and 128 x 256 over 8192 rows,
+    16 tiles x 8 splits = 128 CTAs, graph-replayed; GPU check scripts, not committed): with
+    both problems "kmajor" (the row pass also writing s^T) 15.5 and 16.8 us in two runs,
+    where WeightGrad took 24.9 us on the same values row-major; with dW1 as "rows" (no s^T)
+    19.3 us (21.1 while each group was waited for before the fragment registers' reload).
+    What bounds it is still partly open: its tiles read 64 MB from L2 (each operand again for
+    every tile beside it), and the finishing CTA's ordered sum of 8 partial tiles (128 KB
+    through one SM, 3 splits' loads in flight) is a few of those microseconds: 64 x 128 tiles
+    (48 MB read, 16 splits to fill the SMs) took 23.0 us, twice the splits 22.1 us, four
+    times 31.3 us, each finisher reading 2-4x as much. A finish through distributed shared
+    memory instead (the tile's 8 splits one cluster, each summing an eighth of the tile from
+    its peers' shared memory in split order: no partials, no ticket) was correct and
+    deterministic but slower, 22.7 us (not analysed; the clusters' scheduling is the first
+    suspect); not kept."""
+
+    BM = 64  # D rows of a tile: one m64 wgmma
+    KB = 32  # batch rows of a stage: one swizzle atom row (128 bytes) of every K-major row
     STAGES = 6
     THREADS = _wgmma.WARPGROUP
+    X_PITCH = BM + 8  # floats a row of a staged X tile: RS fragment loads hit 32 banks
 
-    def __init__(self, bn: int, problems: int):
-        self.bn = bn  # dW columns of a tile (wgmma N)
-        self.problems = problems
+    def __init__(self, bn: int, kinds: tuple):
+        self.bn = bn  # D columns of a tile (wgmma N)
+        self.kinds = kinds
 
     @cute.jit
     def __call__(self, a0: cute.Pointer, b0: cute.Pointer, dw0: cute.Pointer, m0: Int32, n0: Int32, ldo0: Int32,
                  a1: cute.Pointer, b1: cute.Pointer, dw1: cute.Pointer, m1: Int32, n1: Int32, ldo1: Int32,
-                 work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, kp_vecs: Int32, kb_per_split: Int32,
-                 splits: Int32, stream):
+                 work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, batch: Int32, kp_vecs: Int32,
+                 kb_per_split: Int32, splits: Int32, stream):
         kp = cute.assume(kp_vecs * 4, divby=self.KB)
-        p0 = self.problem_tensors(a0, b0, dw0, m0, n0, ldo0, kp, kp_vecs)
-        p1 = self.problem_tensors(a1, b1, dw1, m1, n1, ldo1, kp, kp_vecs)
-        tiles0 = p0[-1]
-        tiles = tiles0 + (p1[-1] if cutlass.const_expr(self.problems == 2) else 0)
+        p0 = self.problem_tensors(0, a0, b0, dw0, m0, n0, ldo0, batch, kp, kp_vecs)
+        p1 = p0
+        tiles = p0[-1]
+        if cutlass.const_expr(len(self.kinds) == 2):
+            p1 = self.problem_tensors(1, a1, b1, dw1, m1, n1, ldo1, batch, kp, kp_vecs)
+            tiles = tiles + p1[-1]
         tile_vecs = self.BM * self.bn // 4
         mWork = cute.make_tensor(work_ptr, cute.make_layout((tiles * splits, tile_vecs, 4),
                                                             stride=(tile_vecs * 4, 4, 1)))
         mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(tiles))
-        self.kernel(*p0[:-1], *p1[:-1], tiles0, mWork, mTicket, kp // self.KB, kb_per_split, splits).launch(
+        self.kernel(*p0[:-1], *p1[:-1], p0[-1], mWork, mTicket, kp // self.KB, kb_per_split, splits).launch(
             grid=[splits, tiles, 1], block=[self.THREADS, 1, 1], stream=stream)
 
     @cute.jit
-    def problem_tensors(self, a_ptr, b_ptr, dw_ptr, m, n, ldo, kp, kp_vecs):
-        mA = cute.make_tensor(a_ptr, cute.make_layout((m, kp_vecs, 4), stride=(kp, 4, 1)))
+    def problem_tensors(self, p: cutlass.Constexpr, a_ptr, b_ptr, dw_ptr, m, n, ldo, batch, kp, kp_vecs):
+        """(A, B_t, D, n_tiles, tiles) of problem p; D is [M, N], dW itself or its transpose."""
+        if cutlass.const_expr(self.kinds[p] == "rows"):
+            mA = cute.make_tensor(a_ptr, cute.make_layout((batch, m // 4, 4), stride=(cute.assume(m, divby=4), 4, 1)))
+            mD = cute.make_tensor(dw_ptr, cute.make_layout((m, n), stride=(1, ldo)))
+        else:
+            mA = cute.make_tensor(a_ptr, cute.make_layout((m, kp_vecs, 4), stride=(kp, 4, 1)))
+            mD = cute.make_tensor(dw_ptr, cute.make_layout((m, n), stride=(ldo, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((n, kp_vecs, 4), stride=(kp, 4, 1)))
-        mDw = cute.make_tensor(dw_ptr, cute.make_layout((m, n), stride=(ldo, 1)))
         n_tiles = (n + self.bn - 1) // self.bn
-        return mA, mB, mDw, n_tiles, ((m + self.BM - 1) // self.BM) * n_tiles
+        return mA, mB, mD, n_tiles, ((m + self.BM - 1) // self.BM) * n_tiles
 
     @cute.kernel
-    def kernel(self, mA0: cute.Tensor, mB0: cute.Tensor, mDw0: cute.Tensor, n_tiles0: Int32,
-               mA1: cute.Tensor, mB1: cute.Tensor, mDw1: cute.Tensor, n_tiles1: Int32, tiles0: Int32,
+    def kernel(self, mA0: cute.Tensor, mB0: cute.Tensor, mD0: cute.Tensor, n_tiles0: Int32,
+               mA1: cute.Tensor, mB1: cute.Tensor, mD1: cute.Tensor, n_tiles1: Int32, tiles0: Int32,
                mWork: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32, kb_per_split: Int32, splits: Int32):
         tid, _, _ = cute.arch.thread_idx()
         split, tile, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
-        sA = _wgmma.allocate_sw128(smem, (self.BM, self.KB, self.STAGES))
+        sA = None
+        sX = None
+        if cutlass.const_expr("kmajor" in self.kinds):
+            sA = _wgmma.allocate_sw128(smem, (self.BM, self.KB, self.STAGES))
+        if cutlass.const_expr("rows" in self.kinds):
+            sX = smem.allocate_tensor(Float32, cute.make_layout(
+                (self.KB, self.BM, self.STAGES), stride=(self.X_PITCH, 1, self.KB * self.X_PITCH)), 16)
         sB = _wgmma.allocate_sw128(smem, (self.bn, self.KB, self.STAGES))
         sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
-        if cutlass.const_expr(self.problems == 1):
-            self.tile(mA0, mB0, mDw0, n_tiles0, tile, tile, split, tid, sA, sB, sTicket, mWork, mTicket,
-                      num_kb, kb_per_split, splits)
+        args = (split, tid, sA, sX, sB, sTicket, mWork, mTicket, num_kb, kb_per_split, splits)
+        if cutlass.const_expr(len(self.kinds) == 1):
+            self.tile(0, mA0, mB0, mD0, n_tiles0, tile, tile, *args)
         else:
             if tile < tiles0:
-                self.tile(mA0, mB0, mDw0, n_tiles0, tile, tile, split, tid, sA, sB, sTicket, mWork, mTicket,
-                          num_kb, kb_per_split, splits)
+                self.tile(0, mA0, mB0, mD0, n_tiles0, tile, tile, *args)
             else:
-                self.tile(mA1, mB1, mDw1, n_tiles1, tile - tiles0, tile, split, tid, sA, sB, sTicket, mWork,
-                          mTicket, num_kb, kb_per_split, splits)
+                self.tile(1, mA1, mB1, mD1, n_tiles1, tile - tiles0, tile, *args)
 
     @cute.jit
-    def load_block(self, mX: cute.Tensor, row0: Int32, kblock: Int32, sX: cute.Tensor, rows: cutlass.Constexpr[int],
-                   tid: Int32):
-        """sX (rows, KB) <- mX[row0 : row0 + rows, kblock * KB : ...] by 16-byte cp.async into the
-        swizzled layout; rows past mX's are zeroed (a warp copies 4 whole 128-byte rows)."""
+    def copy_vectors(self, mX: cute.Tensor, row0: Int32, vec0: Int32, sX: cute.Tensor,
+                     rows: cutlass.Constexpr[int], per_row: cutlass.Constexpr[int], tid: Int32):
+        """sX (rows, 4 per_row) <- mX[row0 : row0 + rows, vec0 : vec0 + per_row] (float4 vectors)
+        by 16-byte cp.async (a warp copies whole 128-byte row segments); rows past mX's are
+        zeroed."""
         atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
                                    Float32, num_bits_per_copy=128)
-        per_row = self.KB // 4
         for j in cutlass.range_constexpr(rows * per_row // self.THREADS):
             idx = tid + j * self.THREADS
             r = idx // per_row
             q = idx % per_row
             dst = cute.local_tile(sX[r, None], (4,), (q,))
             if row0 + r < cute.size(mX, mode=[0]):
-                cute.copy(atom, mX[row0 + r, kblock * per_row + q, None], dst)
+                cute.copy(atom, mX[row0 + r, vec0 + q, None], dst)
             else:
                 zeros = cute.make_rmem_tensor((4,), Float32)
                 zeros.fill(0.0)
                 cute.autovec_copy(zeros, dst)
 
     @cute.jit
-    def tile(self, mA: cute.Tensor, mB: cute.Tensor, mDw: cute.Tensor, n_tiles: Int32, local_tile: Int32,
-             tile: Int32, split: Int32, tid: Int32, sA: cute.Tensor, sB: cute.Tensor, sTicket: cute.Tensor,
-             mWork: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32, kb_per_split: Int32, splits: Int32):
+    def load_block(self, p: cutlass.Constexpr, mA: cute.Tensor, mB: cute.Tensor, m0: Int32, n0: Int32,
+                   kblock: Int32, stage: Int32, sA: cute.Tensor, sX: cute.Tensor, sB: cute.Tensor, tid: Int32):
+        """k-block `kblock` of both operands into `stage`: B_t's [bn, KB] rows; A_t's [BM, KB]
+        rows ("kmajor") or X's [KB, BM] batch rows ("rows")."""
+        if cutlass.const_expr(self.kinds[p] == "rows"):
+            self.copy_vectors(mA, kblock * self.KB, m0 // 4, sX[None, None, stage], self.KB, self.BM // 4, tid)
+        else:
+            self.copy_vectors(mA, m0, kblock * (self.KB // 4), sA[None, None, stage], self.BM, self.KB // 4, tid)
+        self.copy_vectors(mB, n0, kblock * (self.KB // 4), sB[None, None, stage], self.bn, self.KB // 4, tid)
+
+    @cute.jit
+    def step(self, p: cutlass.Constexpr, i: Int32, count: Int32, kb0: Int32, mA: cute.Tensor, mB: cute.Tensor,
+             m0: Int32, n0: Int32, sA: cute.Tensor, sX: cute.Tensor, sB: cute.Tensor, tid: Int32,
+             tiled: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, tCsX: cute.Tensor,
+             rA: cute.Tensor):
+        """k-block i of the CTA's range: wait for it, refill the stage freed two blocks ago, and
+        issue its wgmma group (A from the descriptors tCrA, or "rows": from X's staged block,
+        rounded into the fragment registers rA), leaving one group in flight."""
         stages = self.STAGES
+        cute.arch.cp_async_wait_group(stages - 3)  # block i has landed (this thread's copies)
+        _wgmma.publish()  # ... and the zero-fill stores: visible to the tensor cores
+        # every thread's block i is in; every warp has waited for wgmma group i - 2, so its
+        # stage ((i - 2) % STAGES) can be refilled
+        cute.arch.barrier()
+        ahead = i + stages - 2
+        if ahead < count:
+            self.load_block(p, mA, mB, m0, n0, kb0 + ahead, ahead % stages, sA, sX, sB, tid)
+        cute.arch.cp_async_commit_group()
+        if cutlass.const_expr(self.kinds[p] == "rows"):
+            for e in cutlass.range_constexpr(cute.size(rA)):
+                rA[e] = tf32_operand(tCsX[None, None, None, i % stages][e])
+            _wgmma.mma_group(tiled, acc, rA, tCrB, b_at=(i % stages,))
+        else:
+            _wgmma.mma_group(tiled, acc, tCrA, tCrB, a_at=(i % stages,), b_at=(i % stages,))
+        warpgroup.wait_group(1)
+
+    @cute.jit
+    def tile(self, p: cutlass.Constexpr, mA: cute.Tensor, mB: cute.Tensor, mD: cute.Tensor, n_tiles: Int32,
+             local_tile: Int32, tile: Int32, split: Int32, tid: Int32, sA: cute.Tensor, sX: cute.Tensor,
+             sB: cute.Tensor, sTicket: cute.Tensor, mWork: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32,
+             kb_per_split: Int32, splits: Int32):
+        stages = self.STAGES
+        rows = cutlass.const_expr(self.kinds[p] == "rows")
         m0 = (local_tile // n_tiles) * self.BM
         n0 = (local_tile % n_tiles) * self.bn
-        tiled = _wgmma.tiled_mma_tf32(self.bn)
+        tiled = _wgmma.tiled_mma_tf32(self.bn, a_in_registers=rows)
         thr = tiled.get_slice(tid)
-        tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, KB / 8, STAGES) descriptors
-        tCrB = tiled.make_fragment_B(thr.partition_B(sB))
+        tCrB = tiled.make_fragment_B(thr.partition_B(sB))  # (MMA, 1, KB / 8, STAGES) descriptors
+        if cutlass.const_expr(rows):
+            # X^T (M = features, K = batch rows) of each stage, and the thread's fragment of it
+            sXt = cute.make_tensor(sX.iterator, cute.select(sX.layout, mode=[1, 0, 2]))
+            tCsX = thr.partition_A(sXt)  # (MMA, 1, KB / 8, STAGES)
+            rA = tiled.make_fragment_A(tCsX[None, None, None, 0])
+        else:
+            tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # descriptors
         acc = tiled.make_fragment_C(tiled.partition_shape_C((self.BM, self.bn)))
         acc.fill(0.0)
         kb0 = split * kb_per_split
         count = cutlass.max(cutlass.min(kb_per_split, num_kb - kb0), 0)
         for s in cutlass.range_constexpr(stages - 2):
             if s < count:
-                self.load_block(mA, m0, kb0 + s, sA[None, None, s], self.BM, tid)
-                self.load_block(mB, n0, kb0 + s, sB[None, None, s], self.bn, tid)
+                self.load_block(p, mA, mB, m0, n0, kb0 + s, s, sA, sX, sB, tid)
             cute.arch.cp_async_commit_group()  # one group a block (empty past the end)
-        for i in cutlass.range(count, unroll=1):
-            cute.arch.cp_async_wait_group(stages - 3)  # block i has landed (this thread's copies)
-            _wgmma.publish()  # ... and the zero-fill stores: visible to the tensor cores
-            # every thread's block i is in; every warp has waited for wgmma group i - 2, so its
-            # stage ((i - 2) % STAGES) can be refilled
-            cute.arch.barrier()
-            ahead = i + stages - 2
-            if ahead < count:
-                self.load_block(mA, m0, kb0 + ahead, sA[None, None, ahead % stages], self.BM, tid)
-                self.load_block(mB, n0, kb0 + ahead, sB[None, None, ahead % stages], self.bn, tid)
-            cute.arch.cp_async_commit_group()
-            _wgmma.mma_group(tiled, acc, tCrA, tCrB, a_at=(i % stages,), b_at=(i % stages,))
-            warpgroup.wait_group(1)
+        if cutlass.const_expr(rows):
+            # Two fragment register sets, alternating: block i + 1's are loaded while group i
+            # (reading block i's) is still in flight.
+            rA2 = (rA, tiled.make_fragment_A(tCsX[None, None, None, 0]))
+            for i2 in cutlass.range(0, count, 2, unroll=1):
+                for u in cutlass.range_constexpr(2):
+                    if i2 + u < count:
+                        self.step(p, i2 + u, count, kb0, mA, mB, m0, n0, sA, sX, sB, tid, tiled, acc, None,
+                                  tCrB, tCsX, rA2[u])
+        else:
+            for i in cutlass.range(count, unroll=1):
+                self.step(p, i, count, kb0, mA, mB, m0, n0, sA, sX, sB, tid, tiled, acc, tCrA, tCrB, None, None)
         warpgroup.wait_group(0)
 
         # This CTA's partial tile, then a ticket; the CTA that draws the last one finishes.
@@ -817,8 +883,8 @@ class KMajorWeightGrad:
                 r = m0 + e // self.bn
                 for v in cutlass.range_constexpr(4):
                     c = n0 + e % self.bn + v
-                    if r < cute.size(mDw, mode=[0]) and c < cute.size(mDw, mode=[1]):
-                        mDw[r, c] = total[j, v]
+                    if r < cute.size(mD, mode=[0]) and c < cute.size(mD, mode=[1]):
+                        mD[r, c] = total[j, v]
             if tid == 0:
                 mTicket[tile] = Int32(0)  # ready for the next launch (and graph replay)
 
@@ -855,15 +921,15 @@ def weight_grad_compile_args(precision: str, problems: tuple) -> tuple:
             _cute.fake_ptr(Int32), i, i, i, _cute.fake_stream())
 
 
-def kmajor_weight_grad_compile_args(bn: int, problems: int) -> tuple:
+def kmajor_weight_grad_compile_args(bn: int, kinds: tuple) -> tuple:
     p, i = _cute.fake_ptr(), Int32(1)
-    return (KMajorWeightGrad(bn, problems), p, p, p, i, i, i, p, p, p, i, i, i, p, _cute.fake_ptr(Int32),
-            i, i, i, _cute.fake_stream())
+    return (KMajorWeightGrad(bn, kinds), p, p, p, i, i, i, p, p, p, i, i, i, p, _cute.fake_ptr(Int32),
+            i, i, i, i, _cute.fake_stream())
 
 
-def _compile_kmajor_weight_grad(bn: int, problems: int, keep: bool = False) -> Any:
-    return _compiled.get(("kmajor_weight_grad", bn, problems, keep), lambda: _cute.compile_kernel(
-        *kmajor_weight_grad_compile_args(bn, problems), keep=keep))
+def _compile_kmajor_weight_grad(bn: int, kinds: tuple, keep: bool = False) -> Any:
+    return _compiled.get(("kmajor_weight_grad", bn, kinds, keep), lambda: _cute.compile_kernel(
+        *kmajor_weight_grad_compile_args(bn, kinds), keep=keep))
 
 
 def _compile_matmul(epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool,
@@ -991,26 +1057,32 @@ def kmajor_split(num_kb: int, tiles: int, sms: int) -> tuple[int, int]:
     return -(-num_kb // per_split), per_split
 
 
-def kmajor_weight_grads_into(problems: list, kp: int) -> None:
-    """One launch for one or two weight gradients from K-major operands already rounded to
-    TF32, over a batch padded to kp rows (a multiple of KMajorWeightGrad.KB, zeros past the
-    batch): problems = [(A_t [M, kp], B_t [N, kp], dW, ldo)] writes dW[:M, :N] = A_t @ B_t^T
-    into `dW` (rows `ldo` floats apart)."""
+def kmajor_weight_grads_into(problems: list, batch: int, kp: int) -> None:
+    """One launch for one or two weight gradients on wgmma over `batch` rows, their K-major
+    operands padded to kp rows (a multiple of KMajorWeightGrad.KB, zeros past the batch) and
+    already rounded to TF32: problems = [(kind, A, B_t, dW, ldo)], each writing into `dW`
+    (rows `ldo` floats apart)
+      "kmajor": A = A_t [M, kp], B_t [N, kp]: dW[:M, :N] = A_t @ B_t^T;
+      "rows":   A = X [batch, M] (float32, rounded in the kernel), B_t = dY^T [N, kp]:
+                dW[:N, :M] = B_t @ X."""
     kernel = KMajorWeightGrad
     bn = KMAJOR_TILE_N
-    x = problems[0][0]
-    tiles = sum(-(-a.shape[0] // kernel.BM) * -(-b.shape[0] // bn) for a, b, *_ in problems)
+
+    def m_of(kind, a):
+        return a.shape[1] if kind == "rows" else a.shape[0]
+    x = problems[0][1]
+    tiles = sum(-(-m_of(kind, a) // kernel.BM) * -(-b.shape[0] // bn) for kind, a, b, *_ in problems)
     splits, per_split = kmajor_split(kp // kernel.KB, tiles, _cute.sm_count(x))
     work = _arrays.empty(x, (tiles * splits * kernel.BM * bn,))
     tickets = _cute.tickets(x, tiles)
     ptr = _cute.gmem_ptr
     args = []
-    for a, b, dw, ldo in problems:
-        args += [ptr(a), ptr(b), ptr(dw), Int32(a.shape[0]), Int32(b.shape[0]), Int32(ldo)]
+    for kind, a, b, dw, ldo in problems:
+        args += [ptr(a), ptr(b), ptr(dw), Int32(m_of(kind, a)), Int32(b.shape[0]), Int32(ldo)]
     if len(problems) == 1:
         args += args  # the second problem's slots, unused
-    _compile_kmajor_weight_grad(bn, len(problems))(
-        *args, ptr(work), ptr(tickets, Int32), Int32(kp // 4), Int32(per_split), Int32(splits),
+    _compile_kmajor_weight_grad(bn, tuple(kind for kind, *_ in problems))(
+        *args, ptr(work), ptr(tickets, Int32), Int32(batch), Int32(kp // 4), Int32(per_split), Int32(splits),
         _cute.current_stream(x))
 
 
@@ -1024,5 +1096,5 @@ def compiled_for_ci() -> dict[str, Any]:
         out[f"weight_grad_{precision}"] = _compile_weight_grad(precision, ((4, 4, True),), keep=True)
         out[f"weight_grad_pair_{precision}"] = _compile_weight_grad(precision, ((4, 4, False), (4, 4, False)),
                                                                      keep=True)
-    out["kmajor_weight_grad_pair"] = _compile_kmajor_weight_grad(KMAJOR_TILE_N, 2, keep=True)
+    out["kmajor_weight_grad_pair"] = _compile_kmajor_weight_grad(KMAJOR_TILE_N, ("kmajor", "rows"), keep=True)
     return out
