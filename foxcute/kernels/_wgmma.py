@@ -7,7 +7,9 @@ backward's a|u, and the probe foxcute.kernels.wgmma_probe, where the API was fir
   `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32`, so `MmaTF32Op` is the F16/BF16 op
   with the types and the instruction K changed: A and B TFloat32, a Float32 accumulator,
   K = 8 per instruction, both operands K-major (the only majorness PTX allows for tf32
-  wgmma) and read from shared memory through descriptors (SS).
+  wgmma operands in shared memory), read through descriptors (SS); or A from registers (RS:
+  each thread holds its fragment elements, wherever they came from; gemm.KMajorWeightGrad's
+  "rows" kind loads them from a row-major tile).
 - TF32 operands are float32 bit patterns of which the tensor core reads the top 19 bits: an
   unrounded value is truncated, so every element is rounded to nearest (cvt.rna) once, where
   it is staged in shared memory.

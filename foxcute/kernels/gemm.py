@@ -3,17 +3,17 @@ N and K up to 512, with the epilogues those layers need fused in.
 
     matmul(A [M, K], B_t [N, K])  -> epilogue(A @ B_t^T)       (B_t is a torch Linear weight)
     weight_grad(dY [M, N], X [M, K]) -> (dW = dY^T X [N, K], db = sum_m dY [N])
-    kmajor_weight_grads_into: dW = A_t B_t^T from operands stored K-major (transposed)
+    kmajor_weight_grads_into: dW = A_t B_t^T or dY^T X on wgmma, B (and A) stored K-major
 
 Why it is built this way.
 - Every shape here is memory-bound (e.g. [65536 x 256] @ [256 x 32]: 64 MB read for 1 GFLOP),
   so what counts is reading A once with 128-bit coalesced loads and keeping the small
   operand in shared memory. The tensor core path is the warp-level mma.sync m16n8k8 TF32
   (precision "tf32", the default): TF32 wgmma (kernels/_wgmma.py, the Mamba2 kernels') takes
-  K-major operands only, which a weight gradient of [batch, features] activations has not
-  (see WeightGrad for a wgmma version that restaged them and was not kept); where the
-  producer writes its activations transposed, KMajorWeightGrad runs the product on wgmma
-  (curiosity's TF32 weight gradients). "fp32" runs the same tiles with FFMA on the same
+  its shared-memory operands K-major only, which a weight gradient of [batch, features]
+  activations has not (see WeightGrad for a wgmma version that restaged them and was not
+  kept); where the producer writes one activation transposed, KMajorWeightGrad runs the
+  product on wgmma (curiosity's TF32 weight gradients). "fp32" runs the same tiles with FFMA on the same
   accumulator layout, so epilogues are shared.
 - Operands stream global -> shared memory with cp.async (16-byte copies when the row length
   is a multiple of 4, else 4-byte ones, chosen statically) in K-chunks of 32 through a
@@ -39,9 +39,10 @@ import cutlass.cute as cute
 from cutlass import Float32, Float64, Int32
 from cutlass._mlir.dialects import llvm
 
+from cutlass.cute.nvgpu import warpgroup
+
 from .. import _arrays
 from . import _cute, _wgmma
-from cutlass.cute.nvgpu import warpgroup
 
 EPILOGUES = ("none", "bias_relu", "sigmoid", "row_dot")
 PRECISIONS = ("tf32", "fp32")
@@ -681,10 +682,10 @@ class KMajorWeightGrad:
     STAGES - 2 k-blocks in flight by cp.async, up to two in the tensor cores (a stage is
     refilled after the barrier that follows every warp's wait for the wgmma group that read
     it; "rows" alternates two sets of fragment registers, reloading one while the group
-    reading the other is in flight). The partial
-    tile goes to work[tile * splits + split]; the CTA that draws the tile's last ticket sums
-    the tile's partials in split order (_cute.sum_rows_in_order) and writes dW: the order is
-    fixed, so results are bit-identical from run to run.
+    reading the other is in flight). The partial tile goes to work[tile * splits + split];
+    the CTA that draws the tile's last ticket sums the tile's partials in split order
+    (_cute.sum_rows_in_order) and writes dW: the order is fixed, so results are
+    bit-identical from run to run.
 
     Measured (H200, curiosity's pair at the defaults: 256 x 128 and 128 x 256 over 8192 rows,
     16 tiles x 8 splits = 128 CTAs, graph-replayed; GPU check scripts, not committed): with
@@ -1058,8 +1059,8 @@ def kmajor_split(num_kb: int, tiles: int, sms: int) -> tuple[int, int]:
 
 
 def kmajor_weight_grads_into(problems: list, batch: int, kp: int) -> None:
-    """One launch for one or two weight gradients on wgmma over `batch` rows, their K-major
-    operands padded to kp rows (a multiple of KMajorWeightGrad.KB, zeros past the batch) and
+    """One launch for one or two weight gradients of validated arrays on wgmma over `batch`
+    rows, their K-major operands padded to kp rows (a multiple of KMajorWeightGrad.KB, zeros past the batch) and
     already rounded to TF32: problems = [(kind, A, B_t, dW, ldo)], each writing into `dW`
     (rows `ldo` floats apart)
       "kmajor": A = A_t [M, kp], B_t [N, kp]: dW[:M, :N] = A_t @ B_t^T;
