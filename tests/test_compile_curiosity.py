@@ -18,6 +18,8 @@ pytest.importorskip("cutlass")
 
 from cutlass import Int32, Int64  # noqa: E402
 
+from foxcute import FoxcuteInputError  # noqa: E402
+from foxcute._arrays import Checker  # noqa: E402
 from foxcute.kernels import _cute, curiosity  # noqa: E402
 
 
@@ -225,3 +227,23 @@ def test_z_error_bound_covers_an_emulation_of_the_kernels_z(rng):
     assert np.max(np.abs(before_last - exact) / tau) <= 0.5
     flipped = (z > 0) != (exact > 0)
     assert np.all(np.abs(z[flipped]) <= tau[flipped])
+
+
+def _sizes_checker(batch, f, h, num_actions=3):
+    chk = Checker("test", gpu=False)
+    # only shapes matter here: a zero-stride view stands in for a large s
+    s = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (batch, f), (0, 0))
+    chk.array("s", s, ("B", "F"))
+    chk.array("W1", np.zeros((h, f + num_actions), np.float32), ("H", "F+A"))
+    return chk
+
+
+def test_check_sizes_counts_the_padded_batch():
+    """The TF32 weight gradients' K-major operands are [n, Kp], Kp = B rounded up to the row
+    pass's row block: at F = 96 the largest B with B * F < 2^31 pads past 2^31 elements and
+    is rejected before a launch; the largest B whose padded rows stay under is accepted."""
+    f, h = 96, 64
+    bm = curiosity.row_block(f, h)
+    curiosity.check_sizes(_sizes_checker((2**31 - 1) // f // bm * bm, f, h))
+    with pytest.raises(FoxcuteInputError, match="32-bit"):
+        curiosity.check_sizes(_sizes_checker((2**31 - 1) // f, f, h))

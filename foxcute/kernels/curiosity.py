@@ -913,7 +913,8 @@ def _compile_weight_prep(f: int, h: int, num_actions: int, precision: str, keep:
 def check_sizes(chk: _arrays.Checker) -> None:
     """F and H: multiples of 32 in [32, 512] (whole 32-wide reduction chunks, 128-bit rows);
     A = W1's extra columns in [1, 16] (one partial column sum per action); any B >= 1 with
-    B * max(F, H) < 2^31 (32-bit indexing)."""
+    Kp * max(F, H) < 2^31 (32-bit indexing; Kp = B rounded up to the row pass's row block,
+    the TF32 K-major activations' row length)."""
     for dim in ("F", "H"):
         chk.dim_range(dim, MIN_WIDTH, MAX_WIDTH, "the kernels' tile and shared-memory sizes")
         chk.dim_multiple(dim, WIDTH_MULTIPLE, "the reductions run in whole 32-wide chunks")
@@ -923,9 +924,11 @@ def check_sizes(chk: _arrays.Checker) -> None:
             f"{chk.where}: A={num_actions} actions (W1 has F + A columns) is outside the supported "
             f"range 1 <= A <= {MAX_ACTIONS} (one partial column sum per action)")
     batch = chk.dims["B"]
-    if batch * max(chk.dims["F"], chk.dims["H"]) >= 2**31:
+    bm = row_block(chk.dims["F"], chk.dims["H"])
+    if -(-batch // bm) * bm * max(chk.dims["F"], chk.dims["H"]) >= 2**31:
         raise _arrays.FoxcuteInputError(
-            f"{chk.where}: B={batch} gives more than 2^31 elements per array (32-bit indexing)")
+            f"{chk.where}: B={batch} gives 2^31 or more elements per array (32-bit indexing; "
+            f"B rounded up to a multiple of {bm} times max(F, H) must stay under 2^31)")
 
 
 def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2: Any, *,
