@@ -13,8 +13,8 @@ Why it is built this way.
   its shared-memory operands K-major only, which a weight gradient of [batch, features]
   activations has not (see WeightGrad for a wgmma version that restaged them and was not
   kept); where the producer writes one activation transposed, KMajorWeightGrad runs the
-  product on wgmma (curiosity's TF32 weight gradients). "fp32" runs the same tiles with FFMA on the same
-  accumulator layout, so epilogues are shared.
+  product on wgmma (curiosity's TF32 weight gradients). "fp32" runs the same tiles with FFMA
+  on the same accumulator layout, so epilogues are shared.
 - Operands stream global -> shared memory with cp.async (16-byte copies when the row length
   is a multiple of 4, else 4-byte ones, chosen statically) in K-chunks of 32 through a
   3-stage buffer, so two chunks are in flight while one is multiplied (`mma_chunks`). Rows
@@ -1060,9 +1060,9 @@ def kmajor_split(num_kb: int, tiles: int, sms: int) -> tuple[int, int]:
 
 def kmajor_weight_grads_into(problems: list, batch: int, kp: int) -> None:
     """One launch for one or two weight gradients of validated arrays on wgmma over `batch`
-    rows, their K-major operands padded to kp rows (a multiple of KMajorWeightGrad.KB, zeros past the batch) and
-    already rounded to TF32: problems = [(kind, A, B_t, dW, ldo)], each writing into `dW`
-    (rows `ldo` floats apart)
+    rows, their K-major operands padded to kp rows (a multiple of KMajorWeightGrad.KB, zeros
+    past the batch) and already rounded to TF32: problems = [(kind, A, B_t, dW, ldo)], each
+    writing into `dW` (rows `ldo` floats apart)
       "kmajor": A = A_t [M, kp], B_t [N, kp]: dW[:M, :N] = A_t @ B_t^T;
       "rows":   A = X [batch, M] (float32, rounded in the kernel), B_t = dY^T [N, kp]:
                 dW[:N, :M] = B_t @ X."""
