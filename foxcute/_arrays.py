@@ -67,6 +67,19 @@ def data_ptr(x: Any, kind: str) -> int:
     return x.data_ptr() if kind == "torch" else x.data.ptr
 
 
+def current_stream_handle(x: Any) -> int:
+    """The raw cudaStream_t of x's library's current stream (cupy or torch), fetched at call
+    time so that a launch inside `torch.cuda.graph(...)` or a cupy stream capture lands in
+    the graph being captured."""
+    if array_kind(x) == "torch":
+        import torch
+
+        return torch.cuda.current_stream(x.device).cuda_stream
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr
+
+
 def device_id(x: Any, kind: str) -> int | None:
     """CUDA device index of a GPU array; None for NumPy or a CPU tensor."""
     if kind == "numpy":

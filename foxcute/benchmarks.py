@@ -41,6 +41,7 @@ class Case:
     flops: Callable[[dict[str, int]], int]
     kernel_function: str  # name of the function in the kernel modules
     label: str = ""       # tells apart cases of one (layer, pass), e.g. "N=3"
+    reference_fn: Callable[..., Any] | None = None  # float64 result where no layer module has one
 
     @property
     def name(self) -> str:
@@ -140,6 +141,26 @@ CASES: tuple[Case, ...] = (
          lambda z: 2 * z["B"] * z["H"] * (z["SH2"] + z["I"] + 2), "forward"),
 )
 
+
+
+def _gemm_inputs(rng, z):
+    return {"A": _normal(rng, z["B"] * z["T"], z["K"]), "B_t": _weight(rng, z["N"], z["K"])}
+
+
+def _gemm_case(label: str, n: int, k: int) -> Case:
+    """D [M, N] = A [M, K] @ B_t [N, K]^T at M = B * T (T: Mamba2's steps of history)."""
+    return Case("gemm", "matmul", dict(B=8192, T=8, N=n, K=k), dict(B=37, T=5, N=36, K=40), _gemm_inputs, ("D",),
+                lambda z: F32 * (z["B"] * z["T"] * (z["K"] + z["N"]) + z["N"] * z["K"]),
+                lambda z: 2 * z["B"] * z["T"] * z["N"] * z["K"], "matmul", label=label,
+                reference_fn=lambda A, B_t: A.astype(np.float64) @ B_t.astype(np.float64).T)
+
+
+# The seed Mamba2 design's two big products, where foxcute's GEMM (foxcute.kernels.gemm) meets
+# CUTLASS C++'s (foxcute.peers.cutlass_gemm) and cuBLAS (torch): the projection
+# [a|u] = h_hist [W_A|W_B] (N = 2D, K = SH2) and the read-back dh_hist = [da|du] [W_A|W_B]^T
+# (N = SH2, K = 2D). Timed by the profiling notebook; not layer passes, so not in CASES.
+GEMM_CASES: tuple[Case, ...] = (_gemm_case("seed projection", 32, 256), _gemm_case("seed read-back", 256, 32))
+
 _MODULES = {"mamba2": mamba2, "q_denoise": q_denoise, "kan": kan, "curiosity": curiosity,
             "risk_budget": risk_budget, "column_sum": reduction}
 
@@ -169,6 +190,8 @@ def call_layer(case: Case, inputs: dict[str, Any], *, backend: str, precision: s
 
 
 def reference(case: Case, inputs: dict[str, Any]) -> list[Any]:
+    if case.reference_fn is not None:
+        return flatten(case.reference_fn(*inputs.values()))
     return call_layer(case, inputs, backend="reference")
 
 
@@ -239,9 +262,22 @@ def impls() -> list[Impl]:
                       applies=lambda c: c.layer not in ("mamba2", "column_sum") and _kernel_exists("{layer}")(c)))
     found.append(Impl("cute", "cupy", _kernel_impl("{layer}"),  # no precision: plain float32 adds
                       applies=lambda c: c.layer == "column_sum" and _kernel_exists("{layer}")(c)))
+    found.append(Impl("cutlass_cpp", "cupy", _cutlass_matmul, applies=_cutlass_applies))
     if importlib.util.find_spec("torch") is not None:
         found.extend(_torch_impls())
     return found
+
+
+def _cutlass_applies(case: Case) -> bool:
+    from .peers import cutlass_gemm
+
+    return case.layer == "gemm" and cutlass_gemm.unavailable() is None
+
+
+def _cutlass_matmul(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
+    from .peers import cutlass_gemm
+
+    return cutlass_gemm.Matmul(x["A"], x["B_t"])  # built (once per machine) and planned here
 
 
 # ---------------------------------------------------------------- torch baselines

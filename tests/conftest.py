@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import shutil
+import subprocess
 import zlib
 
 import numpy as np
@@ -46,3 +49,29 @@ def rng(request):
     seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
 
+
+
+def _disassembler() -> list[str] | None:
+    """nvdisasm (CUDA toolkit or the nvidia-cuda-nvdisasm wheel) or cuobjdump, as a command
+    taking a cubin path; None where neither is installed."""
+    found = shutil.which("nvdisasm")
+    if found is None and importlib.util.find_spec("nvidia") is not None:
+        import nvidia
+
+        for root in nvidia.__path__:
+            for cuda in ("cu13", "cu12"):
+                path = os.path.join(root, cuda, "bin", "nvdisasm")
+                if os.path.exists(path):
+                    found = path
+    if found is not None:
+        return [found, "-c"]
+    cuobjdump = shutil.which("cuobjdump")
+    return [cuobjdump, "-sass"] if cuobjdump else None
+
+
+def disassemble(cubin) -> str:
+    """The SASS of a cubin file; skips the test where no disassembler is installed."""
+    command = _disassembler()
+    if command is None:
+        pytest.skip("no SASS disassembler (nvdisasm / cuobjdump) installed")
+    return subprocess.run([*command, str(cubin)], capture_output=True, text=True, check=True).stdout

@@ -5,11 +5,7 @@ installed) no epilogue global load waiting behind a global store, each chunk loo
 chunks issued before the epilogue of the loop before it, and the exact-sign recompute's
 loads of a group of z entries in flight together."""
 
-import importlib.util
-import os
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -22,6 +18,8 @@ from foxcute import FoxcuteInputError  # noqa: E402
 from foxcute._arrays import Checker  # noqa: E402
 from foxcute.kernels import _cute, curiosity  # noqa: E402
 
+from conftest import disassemble  # noqa: E402
+
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
 @pytest.mark.parametrize("f,h,num_actions,action_dtype", [(256, 128, 3, Int64), (512, 512, 16, Int32)])
@@ -31,31 +29,10 @@ def test_row_pass_keeps_everything_in_registers(precision, f, h, num_actions, ac
     assert curiosity.RowPass.smem_floats(curiosity.row_block(f, h), f, h) * 4 <= curiosity.SMEM_BUDGET
 
 
-def _disassembler() -> list[str] | None:
-    """nvdisasm (CUDA toolkit or the nvidia-cuda-nvdisasm wheel) or cuobjdump, as a command
-    taking a cubin path; None where neither is installed."""
-    found = shutil.which("nvdisasm")
-    if found is None and importlib.util.find_spec("nvidia") is not None:
-        import nvidia
-
-        for root in nvidia.__path__:
-            for cuda in ("cu13", "cu12"):
-                path = os.path.join(root, cuda, "bin", "nvdisasm")
-                if os.path.exists(path):
-                    found = path
-    if found is not None:
-        return [found, "-c"]
-    cuobjdump = shutil.which("cuobjdump")
-    return [cuobjdump, "-sass"] if cuobjdump else None
-
-
 def _sass(precision: str, tmp_path) -> str:
-    command = _disassembler()
-    if command is None:
-        pytest.skip("no SASS disassembler (nvdisasm / cuobjdump) installed")
     cubin = tmp_path / f"row_pass_{precision}.cubin"
     cubin.write_bytes(curiosity.compiled_for_ci()[f"row_pass_{precision}"].__cubin__)
-    return subprocess.run([*command, str(cubin)], capture_output=True, text=True, check=True).stdout
+    return disassemble(cubin)
 
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])

@@ -65,15 +65,8 @@ def gmem_ptr(x: Any, dtype: type = cutlass.Float32) -> cute.Pointer:
 
 
 def current_stream(x: Any) -> cuda.CUstream:
-    """The array library's current stream, fetched at call time so that a launch inside
-    `torch.cuda.graph(...)` or a cupy stream capture lands in the graph being captured."""
-    if hasattr(x, "data_ptr"):
-        import torch
-
-        return cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream)
-    import cupy
-
-    return cuda.CUstream(cupy.cuda.get_current_stream().ptr)
+    """x's library's current stream (`_arrays.current_stream_handle`) as the DSL takes it."""
+    return cuda.CUstream(_arrays.current_stream_handle(x))
 
 
 def is_capturing(x: Any) -> bool:

@@ -1,0 +1,168 @@
+"""CUTLASS C++ peer of foxcute's GEMM: D = A @ B_t^T on Hopper's TF32 wgmma, as CUTLASS 3's
+collective builders make it (cutlass_gemm.cu), built with nvcc for sm_90a against the CUTLASS
+headers that the nvidia-cutlass wheel ships (cutlass_library/source) and called through
+ctypes.
+
+It is a peer where it builds: `unavailable()` says why not (no nvcc, no headers), and the
+build is cached by the hash of the source, the compiler's version and the flags, so a
+machine compiles it once (~30 s). `build()` works without a GPU (CI checks its SASS).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import _arrays
+
+SOURCE = Path(__file__).with_name("cutlass_gemm.cu")
+FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
+         # sm_90a: wgmma and TMA are only in the architecture-specific target
+         "-gencode=arch=compute_90a,code=sm_90a",
+         "-Xcompiler", "-fPIC", "-shared")
+LIBRARY_NAME = "libfoxcute_cutlass_gemm.so"
+STATUS_SUCCESS = 0  # cutlass::Status::kSuccess
+
+
+def nvcc() -> str | None:
+    """The CUDA compiler: on PATH, else under $CUDA_HOME or /usr/local/cuda."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def include_dirs() -> list[Path] | None:
+    """CUTLASS's C++ headers as the nvidia-cutlass wheel ships them, or None without it."""
+    try:
+        import cutlass_library
+    except ImportError:
+        return None
+    source = Path(cutlass_library.__file__).parent / "source"
+    dirs = [source / "include", source / "tools" / "util" / "include"]
+    return dirs if all(d.is_dir() for d in dirs) else None
+
+
+def unavailable() -> str | None:
+    """Why the peer cannot be built here, or None when it can."""
+    if nvcc() is None:
+        return "no nvcc (CUDA compiler) found on PATH, $CUDA_HOME or /usr/local/cuda"
+    if include_dirs() is None:
+        return "no CUTLASS C++ headers: the nvidia-cutlass wheel (cutlass_library/source) is not installed"
+    return None
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("FOXCUTE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "foxcute")
+    return Path(root) / "cutlass_gemm"
+
+
+@dataclass(frozen=True)
+class Build:
+    library: Path  # the shared library ctypes loads
+    cubin: Path    # its device code, kept for disassembly
+    log: str = field(repr=False)  # nvcc's output, with ptxas' resource report (-Xptxas -v)
+
+
+def build() -> Build:
+    """Compile cutlass_gemm.cu (or find it compiled) and return where it lies. Concurrent
+    callers (pytest workers) wait on a file lock; the folder appears whole or not at all."""
+    reason = unavailable()
+    if reason:
+        raise RuntimeError(f"the CUTLASS C++ GEMM cannot be built here: {reason}")
+    compiler, includes = nvcc(), include_dirs()
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, *FLAGS, *map(str, includes)]).encode())
+    target = cache_dir() / key.hexdigest()[:16]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / LIBRARY_NAME).exists():
+            work = Path(tempfile.mkdtemp(dir=target.parent))
+            cmd = [compiler, *FLAGS, *(f"-I{d}" for d in includes), "-Xptxas", "-v", "--keep",
+                   "--keep-dir", str(work), "-o", str(work / LIBRARY_NAME), str(SOURCE)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                shutil.rmtree(work, ignore_errors=True)
+                raise RuntimeError(f"nvcc failed ({done.returncode}): {' '.join(cmd)}\n{done.stdout}{done.stderr}")
+            (work / "build.log").write_text(done.stdout + done.stderr)
+            os.replace(work / f"{SOURCE.stem}.cubin", work / "gemm.cubin")
+            for extra in work.iterdir():  # nvcc's intermediate files: only the cubin is kept
+                if extra.name not in (LIBRARY_NAME, "gemm.cubin", "build.log"):
+                    extra.unlink()
+            os.replace(work, target)
+    return Build(target / LIBRARY_NAME, target / "gemm.cubin", (target / "build.log").read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(build().library))
+    lib.foxcute_cutlass_tile_ns.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    lib.foxcute_cutlass_plan.restype = ctypes.c_void_p
+    lib.foxcute_cutlass_plan.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                         ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    lib.foxcute_cutlass_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.foxcute_cutlass_free.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def tile_widths() -> tuple[int, ...]:
+    """The tile widths (columns of D a CTA computes) the library was built with."""
+    out = (ctypes.c_int * 8)()
+    return tuple(out[:_library().foxcute_cutlass_tile_ns(out, 8)])
+
+
+class Matmul:
+    """D = A @ B_t^T for float32 cupy arrays / torch CUDA tensors A [M, K], B_t [N, K] (K a
+    and N multiples of 4: 16-byte rows for TMA), bound to its arrays: CUTLASS initializes the
+    kernel's parameters once here, and each call launches the one kernel on the current
+    stream and returns `out` [M, N] (so calls can be captured in a CUDA graph). The tile is
+    the narrowest built one that spans N (all of them past 128)."""
+
+    def __init__(self, A: Any, B_t: Any, out: Any = None):
+        where = "foxcute.peers.cutlass_gemm.Matmul"
+        chk = _arrays.Checker(where, gpu=True)
+        chk.array("A", A, ("M", "K"))
+        chk.array("B_t", B_t, ("N", "K"))
+        chk.dim_range("M", 1, 2**31 - 1, "CUTLASS's int problem shape")
+        chk.dim_multiple("K", 4, "TMA needs 16-byte row strides")
+        chk.dim_multiple("N", 4, "TMA needs 16-byte row strides in D")
+        m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
+        if out is None:
+            out = _arrays.empty(A, (m, n))
+        else:
+            chk.array("out", out, (m, n))
+        self.A, self.B_t, self.out = A, B_t, out  # the plan holds their addresses
+        self.tile_n = next((t for t in tile_widths() if t >= n), tile_widths()[-1])
+        kind = chk.kind
+        status = ctypes.c_int(STATUS_SUCCESS)
+        self._free = _library().foxcute_cutlass_free  # held: __del__ may run at interpreter exit
+        self._plan = _library().foxcute_cutlass_plan(
+            self.tile_n, _arrays.data_ptr(A, kind), _arrays.data_ptr(B_t, kind), _arrays.data_ptr(out, kind),
+            m, n, k, ctypes.byref(status))
+        if not self._plan:
+            raise RuntimeError(f"{where}: CUTLASS refused M={m}, N={n}, K={k} (cutlass::Status {status.value})")
+
+    def __call__(self) -> Any:
+        status = _library().foxcute_cutlass_launch(self._plan, _arrays.current_stream_handle(self.A))
+        if status != STATUS_SUCCESS:
+            raise RuntimeError(f"CUTLASS GEMM launch failed: status {status} (1000+ = CUDA error)")
+        return self.out
+
+    def __del__(self) -> None:
+        if getattr(self, "_plan", None):
+            self._free(self._plan)
+            self._plan = None
