@@ -43,6 +43,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def matmul_operands(rng, m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 A [m, k] (standard normal) and B_t [n, k] scaled by 1/sqrt(k), so that the
+    entries of A @ B_t^T are of order 1: the GEMM tests' operands."""
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b_t = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    return a, b_t
+
+
 @pytest.fixture
 def rng(request):
     """A fresh generator per test, seeded from the test's name so a failure reproduces."""

@@ -10,6 +10,8 @@ from foxcute import FoxcuteInputError, timing
 from foxcute.checks import TOLERANCE, rel_err
 from foxcute.peers import cutlass_gemm
 
+from conftest import matmul_operands
+
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
@@ -21,15 +23,9 @@ if cutlass_gemm.unavailable():
 SHAPES = [(65536, 32, 256), (65536, 256, 32), (1, 4, 4), (7, 36, 40), (8191, 64, 100), (300, 260, 512)]
 
 
-def _inputs(rng, m, n, k):
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b_t = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
-    return a, b_t
-
-
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_matches_float64_and_reruns_bit_identical(rng, m, n, k):
-    a, b_t = _inputs(rng, m, n, k)
+    a, b_t = matmul_operands(rng, m, n, k)
     gemm = cutlass_gemm.Matmul(cp.asarray(a), cp.asarray(b_t))
     first = gemm().get()
     assert first.shape == (m, n) and first.dtype == np.float32
@@ -41,14 +37,14 @@ def test_matches_float64_and_reruns_bit_identical(rng, m, n, k):
 
 def test_torch_tensors_and_graph_capture(rng):
     torch = pytest.importorskip("torch")
-    a, b_t = _inputs(rng, 4096, 32, 256)
+    a, b_t = matmul_operands(rng, 4096, 32, 256)
     gemm = cutlass_gemm.Matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b_t).cuda())
     timing.check_graph_replay(gemm, library="torch")
     assert rel_err(gemm().cpu().numpy(), a.astype(np.float64) @ b_t.astype(np.float64).T) <= TOLERANCE["tf32"]
 
 
 def test_cupy_graph_capture(rng):
-    a, b_t = _inputs(rng, 4096, 256, 32)
+    a, b_t = matmul_operands(rng, 4096, 256, 32)
     timing.check_graph_replay(cutlass_gemm.Matmul(cp.asarray(a), cp.asarray(b_t)))
 
 

@@ -7,6 +7,8 @@ import pytest
 from foxcute import FoxcuteInputError
 from foxcute.checks import TOLERANCE, rel_err
 
+from conftest import matmul_operands
+
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
@@ -29,8 +31,7 @@ def reference_matmul(a, b_t, epilogue, bias, v, c0):
 
 
 def random_inputs(rng, m, n, k):
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b_t = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    a, b_t = matmul_operands(rng, m, n, k)
     bias = rng.standard_normal(n, dtype=np.float32)
     v = rng.standard_normal(n, dtype=np.float32)
     return a, b_t, bias, v

@@ -11,6 +11,8 @@ import pytest
 from foxcute import FoxcuteInputError
 from foxcute.checks import TOLERANCE, rel_err
 
+from conftest import matmul_operands
+
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
@@ -19,15 +21,9 @@ probe = pytest.importorskip("foxcute.kernels.wgmma_probe")
 SHAPES = [(64, 32, 32), (256, 64, 256), (8192, 32, 256)]
 
 
-def random_inputs(rng, m, n, k):
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
-    return a, b
-
-
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_matches_float64_and_is_bit_identical(rng, m, n, k):
-    a, b = random_inputs(rng, m, n, k)
+    a, b = matmul_operands(rng, m, n, k)
     a_d, b_d = cp.asarray(a), cp.asarray(b)
     out = probe.matmul_nt(a_d, b_d)
     assert out.shape == (m, n) and out.dtype == np.float32

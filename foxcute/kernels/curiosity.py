@@ -568,6 +568,26 @@ class RowPass:
             sZ[cC1[i][0], col0 + cC1[i][1]] = round_tf32(hid_frag[i])
 
     @cute.jit
+    def store_activations(self, mOut: cute.Tensor, frag: cute.Tensor, cC: cute.Tensor, col0: Int32, row0: Int32,
+                          batch: Int32, zero_past_batch: cutlass.Constexpr[bool]):
+        """An epilogue's global stores (hid, dpred, dz), in a loop of their own so that a
+        lane's two adjacent columns go out as one 64-bit store (row-major): frag's element i
+        is row row0 + cC[i][0], column col0 + cC[i][1]. Row-major: the rows of the batch.
+        K-major (TF32: [n, Kp], the weight gradients' operand): every row of the block, as
+        its TF32 value, zero past the batch (`zero_past_batch` where frag is not zero there
+        already); a lane's 8-row groups are 32-byte runs."""
+        for i in cutlass.range_constexpr(cute.size(frag)):
+            r = cC[i][0]
+            if cutlass.const_expr(self.k_major):
+                if cutlass.const_expr(zero_past_batch):
+                    mOut[col0 + cC[i][1], row0 + r] = cutlass.select_(
+                        row0 + r < batch, round_tf32(frag[i]), Float32(0.0))
+                else:
+                    mOut[col0 + cC[i][1], row0 + r] = round_tf32(frag[i])
+            elif row0 + r < batch:
+                mOut[row0 + r, col0 + cC[i][1]] = frag[i]
+
+    @cute.jit
     def z_unsure(self, z_frag: cute.Tensor, b1_frag: cute.Tensor, row_norm: cute.Tensor, col_tau: cute.Tensor,
                  i: cutlass.Constexpr, num_mi: cutlass.Constexpr, valid: cutlass.Boolean) -> cutlass.Boolean:
         """|z| <= tau for accumulator element i = ((v0, v1), mi, ni) (column 2 t + v0 of block
@@ -711,16 +731,8 @@ class RowPass:
                     z = Float32(z_wide)  # rounding keeps the sign: the mask is the exact one
                     hid_frag[i] = relu(z)
                     sZ[r, col] = z
-            # The global stores of each epilogue in a loop of their own: a lane's two adjacent
-            # columns are then stored together, as one 64-bit store (row-major). K-major: hid
-            # as rounded into sZ, zero past the batch (a lane's 8-row groups: 32-byte runs).
-            for i in cutlass.range_constexpr(cute.size(acc1)):
-                r = cC1[i][0]
-                if cutlass.const_expr(self.k_major):
-                    mHid[nt * bn1 + cC1[i][1], row0 + r] = cutlass.select_(
-                        row0 + r < batch, round_tf32(hid_frag[i]), Float32(0.0))
-                elif row0 + r < batch:
-                    mHid[row0 + r, nt * bn1 + cC1[i][1]] = hid_frag[i]
+            # K-major: hid as rounded into sZ; past the batch z = b1 + ..., so hid is zeroed there
+            self.store_activations(mHid, hid_frag, cC1, nt * bn1, row0, batch, zero_past_batch=True)
 
         # ---- Phase 2: pred = relu(z) @ W2^T + b2; diff, r, dpred -> sDp and global.
         bn2 = n_tile(f, self.warps_n)
@@ -765,11 +777,7 @@ class RowPass:
                             dp = diff * inv_fb
                             sDp[r, col] = dp
                             acc2[(v0, v1), mi, ni] = dp
-            for i in cutlass.range_constexpr(cute.size(acc2)):
-                if cutlass.const_expr(self.k_major):  # rows past the batch: dpred = 0
-                    mDp[nt * bn2 + cC2[i][1], row0 + cC2[i][0]] = round_tf32(acc2[i])
-                elif row0 + cC2[i][0] < batch:
-                    mDp[row0 + cC2[i][0], nt * bn2 + cC2[i][1]] = acc2[i]
+            self.store_activations(mDp, acc2, cC2, nt * bn2, row0, batch, zero_past_batch=False)  # diff = 0 there
         # r: the 4 lanes sharing a row add their column pairs (butterfly, fixed order), then
         # the warps_n warps sharing a row add theirs through shared memory in warp order.
         warp_n = cC2[0][1] // 8
@@ -827,11 +835,7 @@ class RowPass:
                 dz = acc3[i] if sZ[r, col] > Float32(0.0) else Float32(0.0)
                 sZ[r, col] = dz
                 acc3[i] = dz
-            for i in cutlass.range_constexpr(cute.size(acc3)):
-                if cutlass.const_expr(self.k_major):  # rows past the batch: dz = 0 (so is dpred)
-                    mDz[nt * bn3 + cC3[i][1], row0 + cC3[i][0]] = round_tf32(acc3[i])
-                elif row0 + cC3[i][0] < batch:
-                    mDz[row0 + cC3[i][0], nt * bn3 + cC3[i][1]] = acc3[i]
+            self.store_activations(mDz, acc3, cC3, nt * bn3, row0, batch, zero_past_batch=False)  # dpred = 0 there
         cute.arch.sync_threads()
 
         # ---- Partial column sums of dz (db1) and its per-action parts (W1's action columns) in
