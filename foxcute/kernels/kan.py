@@ -171,6 +171,22 @@ class KanConfig:
                 cute.make_tensor(wb_ptr, cute.make_layout((O, I), stride=(I, 1))))
 
     @cute.jit
+    def stage_wcat(self, tid: Int32, mC: cute.Tensor, mWb: cute.Tensor, dst: cute.Tensor):
+        """Wcat [O, F] into shared memory as dst[o, f]: C at f = g*I + i (basis function g of
+        input i, feature-major as sFeat's rows), then Wb at f = G*I + i."""
+        I, O, G = self.I, self.O, self.G
+        for k in cutlass.range_constexpr(_ceil(O * I * G, THREADS)):
+            idx = cutlass.min(tid + k * THREADS, Int32(O * I * G - 1))
+            o = idx // (I * G)
+            col = idx - o * (I * G)
+            i = col // G
+            dst[o, (col - i * G) * I + i] = mC[o, col]
+        for k in cutlass.range_constexpr(_ceil(O * I, THREADS)):
+            idx = cutlass.min(tid + k * THREADS, Int32(O * I - 1))
+            o = idx // I
+            dst[o, G * I + idx - o * I] = mWb[o, idx - o * I]
+
+    @cute.jit
     def stage_features(self, tid: Int32, first: Int32, batch: Int32, mX: cute.Tensor,
                        sX: cute.Tensor, sFeat: cute.Tensor):
         """x rows first.. (zeros past the batch) into sX[row, i]; feat into sFeat[f, row]."""
@@ -225,17 +241,7 @@ class KanForwardFp32(_ForwardLaunch, KanConfig):
         sX = smem.allocate_tensor(Float32, cute.make_layout((ROWS, I), stride=(I + 1, 1)), 16)
         sFeat = smem.allocate_tensor(Float32, cute.make_layout((F, ROWS), stride=(ROW_PAD, 1)), 16)
         sWt = smem.allocate_tensor(Float32, cute.make_layout((F, O), stride=(O, 1)), 16)
-        # Wcat^T [F, O]: C (f = g*I + i) and Wb (f = G*I + i).
-        for k in cutlass.range_constexpr(_ceil(O * I * G, THREADS)):
-            idx = cutlass.min(tid + k * THREADS, Int32(O * I * G - 1))
-            o = idx // (I * G)
-            col = idx - o * (I * G)
-            i = col // G
-            sWt[(col - i * G) * I + i, o] = mC[o, col]
-        for k in cutlass.range_constexpr(_ceil(O * I, THREADS)):
-            idx = cutlass.min(tid + k * THREADS, Int32(O * I - 1))
-            o = idx // I
-            sWt[G * I + idx - o * I, o] = mWb[o, idx - o * I]
+        self.stage_wcat(tid, mC, mWb, cute.make_tensor(sWt.iterator, cute.make_layout((O, F), stride=(1, O))))
         self.stage_features(tid, first, batch, mX, sX, sFeat)
 
         sFeat4 = cute.make_tensor(sFeat.iterator, cute.make_layout((F, ROWS // 4, 4), stride=(ROW_PAD, 4, 1)))
@@ -301,17 +307,8 @@ class KanBackwardFp32(KanConfig):
         sFeat = smem.allocate_tensor(Float32, cute.make_layout((f_rows, ROWS), stride=(ROW_PAD, 1)), 16)
         sDy = smem.allocate_tensor(Float32, cute.make_layout((o_rows, ROWS), stride=(ROW_PAD, 1)), 16)
         sW = smem.allocate_tensor(Float32, cute.make_layout((O, F), stride=(F, 1)), 16)
-        # Wcat [O, F]: C (f = g*I + i) and Wb (f = G*I + i); dy tile transposed to [o, row].
-        for k in cutlass.range_constexpr(_ceil(O * I * G, THREADS)):
-            idx = cutlass.min(tid + k * THREADS, Int32(O * I * G - 1))
-            o = idx // (I * G)
-            col = idx - o * (I * G)
-            i = col // G
-            sW[o, (col - i * G) * I + i] = mC[o, col]
-        for k in cutlass.range_constexpr(_ceil(O * I, THREADS)):
-            idx = cutlass.min(tid + k * THREADS, Int32(O * I - 1))
-            o = idx // I
-            sW[o, G * I + idx - o * I] = mWb[o, idx - o * I]
+        self.stage_wcat(tid, mC, mWb, sW)
+        # the dy tile transposed to [o, row]
         for k in cutlass.range_constexpr(_ceil(ROWS * O, THREADS)):
             idx = cutlass.min(tid + k * THREADS, Int32(ROWS * O - 1))
             r = idx // O
