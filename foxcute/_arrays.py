@@ -80,6 +80,17 @@ def current_stream_handle(x: Any) -> int:
     return cupy.cuda.get_current_stream().ptr
 
 
+def sm_count(x: Any) -> int:
+    """Multiprocessors of the device holding x (sizes persistent and split grids)."""
+    if array_kind(x) == "torch":
+        import torch
+
+        return torch.cuda.get_device_properties(x.device).multi_processor_count
+    import cupy
+
+    return cupy.cuda.Device(x.device.id).attributes["MultiProcessorCount"]
+
+
 def device_id(x: Any, kind: str) -> int | None:
     """CUDA device index of a GPU array; None for NumPy or a CPU tensor."""
     if kind == "numpy":

@@ -42,6 +42,7 @@ class Case:
     kernel_function: str  # name of the function in the kernel modules
     label: str = ""       # tells apart cases of one (layer, pass), e.g. "N=3"
     reference_fn: Callable[..., Any] | None = None  # float64 result where no layer module has one
+    kernel_kwargs: tuple[tuple[str, Any], ...] = ()  # passed to the kernel function as keywords
 
     @property
     def name(self) -> str:
@@ -142,24 +143,46 @@ CASES: tuple[Case, ...] = (
 )
 
 
-
-def _gemm_inputs(rng, z):
+def _matmul_inputs(rng, z):
     return {"A": _normal(rng, z["B"] * z["T"], z["K"]), "B_t": _weight(rng, z["N"], z["K"])}
 
 
-def _gemm_case(label: str, n: int, k: int) -> Case:
-    """D [M, N] = A [M, K] @ B_t [N, K]^T at M = B * T (T: Mamba2's steps of history)."""
-    return Case("gemm", "matmul", dict(B=8192, T=8, N=n, K=k), dict(B=37, T=5, N=36, K=40), _gemm_inputs, ("D",),
+def _matmul_reference(A, B_t):
+    return A.astype(np.float64) @ B_t.astype(np.float64).T
+
+
+def _weight_grad_inputs(rng, z):
+    return {"dY": _normal(rng, z["B"] * z["T"], z["N"]), "X": _normal(rng, z["B"] * z["T"], z["K"])}
+
+
+def _weight_grad_reference(dY, X):
+    return dY.astype(np.float64).T @ X.astype(np.float64)
+
+
+# function -> (inputs, float64 reference, output name, keywords of foxcute's kernel function)
+_GEMM_FUNCTIONS = {"matmul": (_matmul_inputs, _matmul_reference, "D", ()),
+                   "weight_grad": (_weight_grad_inputs, _weight_grad_reference, "dW", (("with_bias", False),))}
+
+
+def _gemm_case(label: str, function: str, n: int, k: int) -> Case:
+    """At M = B * T rows (T: Mamba2's steps of history), "matmul": D [M, N] = A [M, K] @
+    B_t [N, K]^T; "weight_grad": dW [N, K] = dY [M, N]^T X [M, K] (no bias gradient)."""
+    make, reference_fn, output, kwargs = _GEMM_FUNCTIONS[function]
+    return Case("gemm", function, dict(B=8192, T=8, N=n, K=k), dict(B=37, T=5, N=36, K=40), make, (output,),
                 lambda z: F32 * (z["B"] * z["T"] * (z["K"] + z["N"]) + z["N"] * z["K"]),
-                lambda z: 2 * z["B"] * z["T"] * z["N"] * z["K"], "matmul", label=label,
-                reference_fn=lambda A, B_t: A.astype(np.float64) @ B_t.astype(np.float64).T)
+                lambda z: 2 * z["B"] * z["T"] * z["N"] * z["K"], function, label=label,
+                reference_fn=reference_fn, kernel_kwargs=kwargs)
 
 
-# The seed Mamba2 design's two big products, where foxcute's GEMM (foxcute.kernels.gemm) meets
-# CUTLASS C++'s (foxcute.peers.cutlass_gemm) and cuBLAS (torch): the projection
-# [a|u] = h_hist [W_A|W_B] (N = 2D, K = SH2) and the read-back dh_hist = [da|du] [W_A|W_B]^T
-# (N = SH2, K = 2D). Timed by the profiling notebook; not layer passes, so not in CASES.
-GEMM_CASES: tuple[Case, ...] = (_gemm_case("seed projection", 32, 256), _gemm_case("seed read-back", 256, 32))
+# The seed Mamba2 design's three big products, where foxcute's GEMM (foxcute.kernels.gemm)
+# meets CUTLASS C++'s (foxcute.peers.cutlass_gemm) and cuBLAS (torch): the projection
+# [a|u] = h_hist [W_A|W_B] (N = 2D, K = SH2), the read-back dh_hist = [da|du] [W_A|W_B]^T
+# (N = SH2, K = 2D) and the weight gradient [dW_A|dW_B] = h_hist^T [da|du], a reduction over
+# the B * K rows (N = SH2, K = 2D). Timed by the profiling notebook; not layer passes, so not
+# in CASES.
+GEMM_CASES: tuple[Case, ...] = (_gemm_case("seed projection", "matmul", 32, 256),
+                                _gemm_case("seed read-back", "matmul", 256, 32),
+                                _gemm_case("seed weight gradient", "weight_grad", 256, 32))
 
 _MODULES = {"mamba2": mamba2, "q_denoise": q_denoise, "kan": kan, "curiosity": curiosity,
             "risk_budget": risk_budget, "column_sum": reduction}
@@ -240,7 +263,8 @@ def _kernel_impl(module_name: str, **options: Any) -> Callable[[Case, dict[str, 
         module = importlib.import_module(f"foxcute.kernels.{module_name.format(layer=case.layer)}")
         fn = getattr(module, case.kernel_function)
         args = list(x.values())
-        return lambda: fn(*args, **options)
+        kwargs = {**options, **dict(case.kernel_kwargs)}
+        return lambda: fn(*args, **kwargs)
     return make
 
 
@@ -262,7 +286,7 @@ def impls() -> list[Impl]:
                       applies=lambda c: c.layer not in ("mamba2", "column_sum") and _kernel_exists("{layer}")(c)))
     found.append(Impl("cute", "cupy", _kernel_impl("{layer}"),  # no precision: plain float32 adds
                       applies=lambda c: c.layer == "column_sum" and _kernel_exists("{layer}")(c)))
-    found.append(Impl("cutlass_cpp", "cupy", _cutlass_matmul, applies=_cutlass_applies))
+    found.append(Impl("cutlass_cpp", "cupy", _cutlass_gemm, applies=_cutlass_applies))
     if importlib.util.find_spec("torch") is not None:
         found.extend(_torch_impls())
     return found
@@ -274,10 +298,11 @@ def _cutlass_applies(case: Case) -> bool:
     return case.layer == "gemm" and cutlass_gemm.unavailable() is None
 
 
-def _cutlass_matmul(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
+def _cutlass_gemm(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
     from .peers import cutlass_gemm
 
-    return cutlass_gemm.Matmul(x["A"], x["B_t"])  # built (once per machine) and planned here
+    plan = cutlass_gemm.Matmul if case.kernel_function == "matmul" else cutlass_gemm.WeightGrad
+    return plan(*x.values())  # built (once per machine) and planned here
 
 
 # ---------------------------------------------------------------- torch baselines

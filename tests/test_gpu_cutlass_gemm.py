@@ -1,7 +1,7 @@
-"""The CUTLASS C++ peer on the H200: D = A @ B_t^T against float64 at the seed design's GEMM
-shapes and at odd ones (batch 1, M and N cut by the tiles, N past the widest tile), cupy and
-torch arrays, deterministic, capturable in a CUDA graph; sizes TMA cannot take refused by
-name before anything launches."""
+"""The CUTLASS C++ peer on the H200: the matmul D = A @ B_t^T and the split-K weight gradient
+dW = dY^T X against float64 at the seed design's shapes and at odd ones (batch 1, sizes cut by
+the tiles, widths past the widest tile), cupy and torch arrays, bit-identical reruns,
+capturable in a CUDA graph; sizes TMA cannot take refused by name before anything launches."""
 
 import numpy as np
 import pytest
@@ -21,6 +21,8 @@ if cutlass_gemm.unavailable():
 
 # (M, N, K): the seed's projection and read-back at B*K = 65536, batch 1, tails, N > 128.
 SHAPES = [(65536, 32, 256), (65536, 256, 32), (1, 4, 4), (7, 36, 40), (8191, 64, 100), (300, 260, 512)]
+# (M, N, K) of dW [N, K] = dY [M, N]^T X [M, K]: the seed's [dW_A|dW_B] and dW_C, batch 1, tails.
+WEIGHT_GRAD_SHAPES = [(65536, 256, 32), (8192, 256, 16), (1, 4, 4), (7, 36, 40), (8191, 260, 100)]
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -33,6 +35,33 @@ def test_matches_float64_and_reruns_bit_identical(rng, m, n, k):
     assert gemm.tile_n == min(t for t in cutlass_gemm.tile_widths() if t >= min(n, 128))
     for _ in range(3):
         assert np.array_equal(gemm().get(), first)
+
+
+@pytest.mark.parametrize("m,n,k", WEIGHT_GRAD_SHAPES)
+def test_weight_grad_matches_float64_and_reruns_bit_identical(rng, m, n, k):
+    dy = rng.standard_normal((m, n), dtype=np.float32)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    grad = cutlass_gemm.WeightGrad(cp.asarray(dy), cp.asarray(x))
+    first = grad().get()
+    assert first.shape == (n, k) and first.dtype == np.float32
+    assert rel_err(first, dy.astype(np.float64).T @ x.astype(np.float64)) <= TOLERANCE["tf32"]
+    assert 1 <= grad.splits <= -(-m // grad.BLOCK_K)
+    for _ in range(3):  # the turnstile's locks start from zero each launch: no hang, same sums
+        assert np.array_equal(grad().get(), first)
+
+
+@pytest.mark.parametrize("splits", [1, 7, 2048])
+def test_weight_grad_at_any_split(rng, splits):
+    dy = rng.standard_normal((65536, 256), dtype=np.float32)
+    x = rng.standard_normal((65536, 32), dtype=np.float32)
+    got = cutlass_gemm.WeightGrad(cp.asarray(dy), cp.asarray(x), splits=splits)().get()
+    assert rel_err(got, dy.astype(np.float64).T @ x.astype(np.float64)) <= TOLERANCE["tf32"]
+
+
+def test_weight_grad_graph_capture(rng):
+    dy = rng.standard_normal((8192, 256), dtype=np.float32)
+    x = rng.standard_normal((8192, 32), dtype=np.float32)
+    timing.check_graph_replay(cutlass_gemm.WeightGrad(cp.asarray(dy), cp.asarray(x)))
 
 
 def test_torch_tensors_and_graph_capture(rng):
@@ -58,3 +87,11 @@ def test_bad_sizes_are_refused_before_launch(name, shape_a, shape_b, match):
     with pytest.raises(FoxcuteInputError, match=match):
         cutlass_gemm.Matmul(cp.zeros(shape_a, cp.float32), cp.zeros(shape_b, cp.float32), out=out)
     assert bool((out == 7.0).all())  # nothing written
+
+
+@pytest.mark.parametrize("splits", [0, 3])
+def test_weight_grad_bad_splits_are_refused(splits):
+    out = cp.full((4, 4), 7.0, dtype=cp.float32)
+    with pytest.raises(FoxcuteInputError, match=f"splits={splits} is outside 1..2"):
+        cutlass_gemm.WeightGrad(cp.zeros((64, 4), cp.float32), cp.zeros((64, 4), cp.float32), out=out, splits=splits)
+    assert bool((out == 7.0).all())

@@ -360,28 +360,35 @@ def test_column_sum_matches_loops(rng, M, N):
 
 
 def test_gemm_cases_are_the_seed_products_with_their_peers(rng):
-    """The profiling notebook's GEMM cases: the seed Mamba2's projection and read-back shapes,
-    a float64 product as reference, and foxcute's GEMM, the CUTLASS C++ peer (where it
-    builds) and the torch peer (where torch is) as the implementations offered."""
+    """The profiling notebook's GEMM cases: the seed Mamba2's projection, read-back and weight
+    gradient shapes, a float64 product as reference, and foxcute's GEMM, the CUTLASS C++ peer
+    (where it builds) and the torch peer (where torch is) as the implementations offered."""
     import importlib.util
 
     from foxcute import benchmarks
     from foxcute.peers import cutlass_gemm
 
     m2 = next(c for c in benchmarks.CASES if c.layer == "mamba2").sizes
-    shapes = {c.label: (c.sizes["N"], c.sizes["K"]) for c in benchmarks.GEMM_CASES}
-    assert shapes == {"seed projection": (2 * m2["D"], m2["SH2"]), "seed read-back": (m2["SH2"], 2 * m2["D"])}
+    shapes = {c.label: (c.kernel_function, c.sizes["N"], c.sizes["K"]) for c in benchmarks.GEMM_CASES}
+    assert shapes == {"seed projection": ("matmul", 2 * m2["D"], m2["SH2"]),
+                      "seed read-back": ("matmul", m2["SH2"], 2 * m2["D"]),
+                      "seed weight gradient": ("weight_grad", m2["SH2"], 2 * m2["D"])}
     for case in benchmarks.GEMM_CASES:
         assert case.sizes["B"] * case.sizes["T"] == m2["B"] * m2["K"]
         z = case.odd_sizes
-        inputs = case.make(rng, z)
-        assert inputs["A"].shape == (z["B"] * z["T"], z["K"]) and inputs["B_t"].shape == (z["N"], z["K"])
-        (d,) = benchmarks.reference(case, inputs)
-        loops = [[math.fsum(float(a) * float(b) for a, b in zip(row, col)) for col in inputs["B_t"]]
-                 for row in inputs["A"]]
-        np.testing.assert_allclose(d, loops, rtol=1e-12, atol=1e-12)
+        rows = z["B"] * z["T"]
+        first, second = case.make(rng, z).values()
+        (got,) = benchmarks.reference(case, {"a": first, "b": second})
+        if case.kernel_function == "matmul":  # A [rows, K], B_t [N, K] -> [rows, N]
+            assert first.shape == (rows, z["K"]) and second.shape == (z["N"], z["K"])
+            want = [[math.fsum(float(a) * float(b) for a, b in zip(row, col)) for col in second] for row in first]
+        else:  # dY [rows, N], X [rows, K] -> [N, K]
+            assert first.shape == (rows, z["N"]) and second.shape == (rows, z["K"])
+            want = [[math.fsum(float(a) * float(b) for a, b in zip(col_y, col_x)) for col_x in second.T]
+                    for col_y in first.T]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
         offered = {i.name for i in benchmarks.impls() if i.applies(case)}
-        want = {"cute"} | ({"cutlass_cpp"} if cutlass_gemm.unavailable() is None else set())
+        want_impls = {"cute"} | ({"cutlass_cpp"} if cutlass_gemm.unavailable() is None else set())
         if importlib.util.find_spec("torch") is not None:
-            want |= {"torch_eager", "torch_compile", "torch_compile_cudagraphs"}
-        assert offered == want
+            want_impls |= {"torch_eager", "torch_compile", "torch_compile_cudagraphs"}
+        assert offered == want_impls

@@ -89,17 +89,6 @@ def synchronize(x: Any) -> None:
         x.device.synchronize()
 
 
-def sm_count(x: Any) -> int:
-    """Multiprocessors of the device holding x (sizes persistent grids)."""
-    if hasattr(x, "data_ptr"):
-        import torch
-
-        return torch.cuda.get_device_properties(x.device).multi_processor_count
-    import cupy
-
-    return cupy.cuda.Device(x.device.id).attributes["MultiProcessorCount"]
-
-
 TICKET_SLOTS = 1024  # launches that may be in flight at once on one device
 TICKETS_PER_LAUNCH = 256  # integers one launch may count with (column slices, output tiles)
 _ticket_pools: dict[tuple, list] = {}

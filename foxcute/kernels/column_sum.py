@@ -273,7 +273,7 @@ def column_sum(G: Any, out: Any = None) -> Any:
 def _launch(G: Any, out: Any) -> Any:
     m, n = G.shape
     config = _config(n)
-    num_ctas = grid_size(config, m, _cute.sm_count(G))
+    num_ctas = grid_size(config, m, _arrays.sm_count(G))
     work = _arrays.empty(G, ((num_ctas + 1) * config.width,))
     _compile(n)(_cute.gmem_ptr(G), _cute.gmem_ptr(out), _cute.gmem_ptr(work),
                 _cute.gmem_ptr(_cute.tickets(G, config.slices), Int32), Int32(m), Int32(num_ctas), _cute.current_stream(G))

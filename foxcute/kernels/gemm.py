@@ -1029,7 +1029,7 @@ def weight_grads_into(problems: list, precision: str) -> None:
     m = problems[0][0].shape[0]
     shapes = [(dY.shape[1], X.shape[1]) for dY, X, *_ in problems]
     tiles = [_tiles(n, k) for n, k in shapes]
-    num_ctas, rows_per_cta = weight_grad_grid(m, sum(a * b for a, b in tiles), _cute.sm_count(problems[0][0]))
+    num_ctas, rows_per_cta = weight_grad_grid(m, sum(a * b for a, b in tiles), _arrays.sm_count(problems[0][0]))
     work = _arrays.empty(problems[0][0], (sum(num_ctas * nt * (kt * WeightGrad.bk + 1) * WeightGrad.bn
                                               for nt, kt in tiles),))
     tickets = _cute.tickets(problems[0][0], sum(a * b for a, b in tiles))
@@ -1073,7 +1073,7 @@ def kmajor_weight_grads_into(problems: list, batch: int, kp: int) -> None:
         return a.shape[1] if kind == "rows" else a.shape[0]
     x = problems[0][1]
     tiles = sum(-(-m_of(kind, a) // kernel.BM) * -(-b.shape[0] // bn) for kind, a, b, *_ in problems)
-    splits, per_split = kmajor_split(kp // kernel.KB, tiles, _cute.sm_count(x))
+    splits, per_split = kmajor_split(kp // kernel.KB, tiles, _arrays.sm_count(x))
     work = _arrays.empty(x, (tiles * splits * kernel.BM * bn,))
     tickets = _cute.tickets(x, tiles)
     ptr = _cute.gmem_ptr

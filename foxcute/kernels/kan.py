@@ -233,7 +233,7 @@ class KanForwardFp32(_ForwardLaunch, KanConfig):
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mC: cute.Tensor, mWb: cute.Tensor, mY: cute.Tensor,
                batch: Int32):
-        I, O, G, F = self.I, self.O, self.G, self.F
+        I, O, F = self.I, self.O, self.F
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         first = cta * ROWS

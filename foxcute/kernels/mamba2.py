@@ -68,7 +68,7 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32, const_expr  # noqa: E402
 from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
-from .._arrays import Checker, FoxcuteInputError, array_kind, empty  # noqa: E402
+from .._arrays import Checker, FoxcuteInputError, array_kind, empty, sm_count  # noqa: E402
 from . import _wgmma  # noqa: E402
 from .gemm import load_bits, load_tf32, store_pair, tf32_operand  # noqa: E402
 
@@ -1540,7 +1540,7 @@ def _sizes(where: str, h_hist: Any, W_A: Any, impl: str) -> tuple[int, int, int,
 
 
 def _persistent_ctas(x: Any, num_tiles: int, ctas_per_sm: int) -> int:
-    return max(1, min(num_tiles, _cute.sm_count(x) * ctas_per_sm))
+    return max(1, min(num_tiles, sm_count(x) * ctas_per_sm))
 
 
 def forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float, *,

@@ -1,7 +1,13 @@
-// CUTLASS C++ peer of foxcute.kernels.gemm.matmul: D [M, N] = A [M, K] @ B_t [N, K]^T in
-// float32 storage on Hopper's TF32 warpgroup MMA, as CUTLASS 3's collective builders assemble
-// it (TMA loads, warp-specialized persistent kernel, stage count and schedule chosen by the
-// builder). Both operands are K-major, the only layout TF32 wgmma reads from shared memory.
+// CUTLASS C++ peer of foxcute.kernels.gemm on Hopper's TF32 warpgroup MMA, float32 storage, as
+// CUTLASS 3's collective builders assemble it (TMA loads, warp-specialized persistent kernels,
+// stage count chosen by the builder):
+//   matmul       D [M, N] = A [M, K] @ B_t [N, K]^T: both operands K-major, read by wgmma
+//                straight from shared memory (SS);
+//   weight grad  dW [N, K] = dY^T X for dY [M, N], X [M, K] (a reduction over the M rows): both
+//                operands MN-major, which TF32 wgmma does not read from shared memory, so the
+//                builder picks its register-A mainloop (dY^T transposed on the way through
+//                registers); split over the reduction (split-K), the splits of a tile summed
+//                in K order (CUTLASS's deterministic turnstile).
 // foxcute/peers/cutlass_gemm.py builds this file with nvcc and calls it through ctypes.
 
 #include <cuda_runtime.h>
@@ -12,79 +18,92 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
 using namespace cute;
 
 namespace {
 
-template <int TileN>
+using RowMajor = cutlass::layout::RowMajor;
+using ColumnMajor = cutlass::layout::ColumnMajor;
+using StreamKParams = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
+
+template <int TileN, class LayoutA, class LayoutB, class Schedule, class TileScheduler>
 struct Tf32Gemm {
   using TileShape = Shape<_128, Int<TileN>, _32>;  // 32 floats of K: one 128-byte swizzle row
-  using ClusterShape = Shape<_1, _1, _1>;          // B_t is a few KB: nothing to multicast
+  using ClusterShape = Shape<_1, _1, _1>;          // the weight operands are a few KB: nothing to multicast
   static constexpr int kAlign = 4;                 // 16-byte accesses
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      void, cutlass::layout::RowMajor, kAlign,  // no source C: D = A B
-      float, cutlass::layout::RowMajor, kAlign,
+      void, RowMajor, kAlign,  // no source C: D = A B
+      float, RowMajor, kAlign,
       cutlass::epilogue::collective::EpilogueScheduleAuto>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      float, cutlass::layout::RowMajor, kAlign,     // A [M, K]
-      float, cutlass::layout::ColumnMajor, kAlign,  // B [K, N] column-major = B_t [N, K] row-major
-      float, TileShape, ClusterShape,
+      float, LayoutA, kAlign, float, LayoutB, kAlign, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::collective::KernelScheduleAuto>::CollectiveOp;
+      Schedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, TileScheduler>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// A problem bound to its pointers: initialized once (kernel attributes, parameters), so that a
-// launch is one kernel on the given stream and can be captured in a CUDA graph.
+// A [M, K] row-major; B [K, N] column-major = B_t [N, K] row-major
+template <int TileN>
+using MatmulGemm = Tf32Gemm<TileN, RowMajor, ColumnMajor, cutlass::gemm::collective::KernelScheduleAuto, void>;
+// A = dY^T [N, M] column-major = dY [M, N] row-major; B = X [M, K] row-major; split-K needs the
+// cooperative schedule's stream-K scheduler
+template <int TileN>
+using WeightGradGemm = Tf32Gemm<TileN, ColumnMajor, RowMajor, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                cutlass::gemm::StreamKScheduler>;
+
+// A problem bound to its pointers: initialized once (kernel attributes, parameters, workspace),
+// so that a launch is the GEMM's kernels on the given stream and can be captured in a CUDA graph.
 struct Plan {
   virtual ~Plan() = default;
   virtual cutlass::Status launch(cudaStream_t stream) = 0;
 };
 
-template <int TileN>
+template <class G>
 struct PlanFor final : Plan {
-  using G = Tf32Gemm<TileN>;
   typename G::Device gemm;
   void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 
   ~PlanFor() override { cudaFree(workspace); }
 
-  cutlass::Status init(const float* a, const float* b_t, float* d, int m, int n, int k) {
-    using Kern = typename G::Kernel;
-    auto stride_a = cutlass::make_cute_packed_stride(typename Kern::StrideA{}, {m, k, 1});
-    auto stride_b = cutlass::make_cute_packed_stride(typename Kern::StrideB{}, {n, k, 1});
-    auto stride_d = cutlass::make_cute_packed_stride(typename Kern::StrideD{}, {m, n, 1});
-    typename G::Device::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {m, n, k, 1},
-        {a, stride_a, b_t, stride_b},
-        {{1.0f, 0.0f}, nullptr, stride_d, d, stride_d}};
+  cutlass::Status init(typename G::Device::Arguments args) {
     int device = 0;
     cudaGetDevice(&device);
-    args.hw_info = cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kern>(device);
+    args.hw_info = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename G::Kernel>(device);
     cutlass::Status status = gemm.can_implement(args);
     if (status != cutlass::Status::kSuccess) return status;
-    size_t bytes = G::Device::get_workspace_size(args);
-    if (bytes > 0 && cudaMalloc(&workspace, bytes) != cudaSuccess) return cutlass::Status::kErrorWorkspaceNull;
+    workspace_bytes = G::Device::get_workspace_size(args);
+    if (workspace_bytes > 0 && cudaMalloc(&workspace, workspace_bytes) != cudaSuccess) {
+      return cutlass::Status::kErrorWorkspaceNull;
+    }
     return gemm.initialize(args, workspace);
   }
 
-  cutlass::Status launch(cudaStream_t stream) override { return gemm.run(stream); }
+  // The split-K turnstile's locks count up to a tile's k-blocks and are not reset by the kernel:
+  // each launch zeroes the workspace first (on the stream: a memset node in a graph), as
+  // CUTLASS's own initialize does before a run
+  cutlass::Status launch(cudaStream_t stream) override {
+    if (workspace_bytes > 0 && cudaMemsetAsync(workspace, 0, workspace_bytes, stream) != cudaSuccess) {
+      return cutlass::Status::kErrorInternal;
+    }
+    return gemm.run(stream);
+  }
 };
 
-template <int TileN>
-Plan* make_plan(const float* a, const float* b_t, float* d, int m, int n, int k, int* status) {
-  auto* plan = new PlanFor<TileN>();
-  cutlass::Status s = plan->init(a, b_t, d, m, n, k);
+template <class G>
+Plan* make_plan(typename G::Device::Arguments const& args, int* status) {
+  auto* plan = new PlanFor<G>();
+  cutlass::Status s = plan->init(args);
   *status = static_cast<int>(s);
   if (s != cutlass::Status::kSuccess) {
     delete plan;
@@ -93,25 +112,70 @@ Plan* make_plan(const float* a, const float* b_t, float* d, int m, int n, int k,
   return plan;
 }
 
+template <int TileN>
+Plan* matmul_plan(const float* a, const float* b_t, float* d, int m, int n, int k, int* status) {
+  using G = MatmulGemm<TileN>;
+  using K = typename G::Kernel;
+  auto stride_d = cutlass::make_cute_packed_stride(typename K::StrideD{}, {m, n, 1});
+  typename G::Device::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {m, n, k, 1},
+      {a, cutlass::make_cute_packed_stride(typename K::StrideA{}, {m, k, 1}),
+       b_t, cutlass::make_cute_packed_stride(typename K::StrideB{}, {n, k, 1})},
+      {{1.0f, 0.0f}, nullptr, stride_d, d, stride_d}};
+  return make_plan<G>(args, status);
+}
+
+// dW [n, k] = dY^T X over `rows` rows: the GEMM (M, N, K) = (n, k, rows)
+template <int TileN>
+Plan* weight_grad_plan(const float* dy, const float* x, float* dw, int rows, int n, int k, int splits, int* status) {
+  using G = WeightGradGemm<TileN>;
+  using K = typename G::Kernel;
+  auto stride_d = cutlass::make_cute_packed_stride(typename K::StrideD{}, {n, k, 1});
+  typename G::Device::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {n, k, rows, 1},
+      {dy, cutlass::make_cute_packed_stride(typename K::StrideA{}, {n, rows, 1}),
+       x, cutlass::make_cute_packed_stride(typename K::StrideB{}, {k, rows, 1})},
+      {{1.0f, 0.0f}, nullptr, stride_d, dw, stride_d}};
+  args.scheduler.splits = splits;
+  args.scheduler.decomposition_mode = StreamKParams::DecompositionMode::SplitK;
+  args.scheduler.reduction_mode = StreamKParams::ReductionMode::Deterministic;
+  return make_plan<G>(args, status);
+}
+
+constexpr int kTileNs[] = {32, 64, 128};
+
 }  // namespace
 
 extern "C" {
 
 // The tile widths this library holds, narrowest first; foxcute picks the narrowest >= N.
 int foxcute_cutlass_tile_ns(int* out, int capacity) {
-  const int tiles[] = {32, 64, 128};
-  int count = static_cast<int>(sizeof(tiles) / sizeof(tiles[0]));
-  for (int i = 0; i < count && i < capacity; ++i) out[i] = tiles[i];
+  int count = static_cast<int>(sizeof(kTileNs) / sizeof(kTileNs[0]));
+  for (int i = 0; i < count && i < capacity; ++i) out[i] = kTileNs[i];
   return count;
 }
 
 // A plan for D = A @ B_t^T with the given tile width, or null with *status the CUTLASS status
 // (cutlass::Status) that refused it.
-void* foxcute_cutlass_plan(int tile_n, const float* a, const float* b_t, float* d, int m, int n, int k, int* status) {
+void* foxcute_cutlass_matmul_plan(int tile_n, const float* a, const float* b_t, float* d, int m, int n, int k,
+                                  int* status) {
   switch (tile_n) {
-    case 32: return make_plan<32>(a, b_t, d, m, n, k, status);
-    case 64: return make_plan<64>(a, b_t, d, m, n, k, status);
-    case 128: return make_plan<128>(a, b_t, d, m, n, k, status);
+    case 32: return matmul_plan<32>(a, b_t, d, m, n, k, status);
+    case 64: return matmul_plan<64>(a, b_t, d, m, n, k, status);
+    case 128: return matmul_plan<128>(a, b_t, d, m, n, k, status);
+    default: *status = static_cast<int>(cutlass::Status::kErrorNotSupported); return nullptr;
+  }
+}
+
+// A plan for dW [n, k] = dY^T X (dY [rows, n], X [rows, k]) split `splits` ways over the rows.
+void* foxcute_cutlass_weight_grad_plan(int tile_n, const float* dy, const float* x, float* dw, int rows, int n,
+                                       int k, int splits, int* status) {
+  switch (tile_n) {
+    case 32: return weight_grad_plan<32>(dy, x, dw, rows, n, k, splits, status);
+    case 64: return weight_grad_plan<64>(dy, x, dw, rows, n, k, splits, status);
+    case 128: return weight_grad_plan<128>(dy, x, dw, rows, n, k, splits, status);
     default: *status = static_cast<int>(cutlass::Status::kErrorNotSupported); return nullptr;
   }
 }

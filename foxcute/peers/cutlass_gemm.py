@@ -1,7 +1,7 @@
-"""CUTLASS C++ peer of foxcute's GEMM: D = A @ B_t^T on Hopper's TF32 wgmma, as CUTLASS 3's
-collective builders make it (cutlass_gemm.cu), built with nvcc for sm_90a against the CUTLASS
-headers that the nvidia-cutlass wheel ships (cutlass_library/source) and called through
-ctypes.
+"""CUTLASS C++ peer of foxcute's GEMM on Hopper's TF32 wgmma, as CUTLASS 3's collective
+builders make it (cutlass_gemm.cu): `Matmul` (D = A @ B_t^T) and `WeightGrad` (dW = dY^T X,
+split-K, deterministic), built with nvcc for sm_90a against the CUTLASS headers that the
+nvidia-cutlass wheel ships (cutlass_library/source) and called through ctypes.
 
 It is a peer where it builds: `unavailable()` says why not (no nvcc, no headers), and the
 build is cached by the hash of the source, the compiler's version and the flags, so a
@@ -110,31 +110,64 @@ def build() -> Build:
 @functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build().library))
-    lib.foxcute_cutlass_tile_ns.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
-    lib.foxcute_cutlass_plan.restype = ctypes.c_void_p
-    lib.foxcute_cutlass_plan.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                         ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
-    lib.foxcute_cutlass_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    lib.foxcute_cutlass_free.argtypes = [ctypes.c_void_p]
+    ptr, i32 = ctypes.c_void_p, ctypes.c_int
+    lib.foxcute_cutlass_tile_ns.argtypes = [ctypes.POINTER(i32), i32]
+    for plan, sizes in ((lib.foxcute_cutlass_matmul_plan, [i32] * 3),
+                        (lib.foxcute_cutlass_weight_grad_plan, [i32] * 4)):
+        plan.restype = ptr
+        plan.argtypes = [i32, ptr, ptr, ptr, *sizes, ctypes.POINTER(i32)]
+    lib.foxcute_cutlass_launch.argtypes = [ptr, ptr]
+    lib.foxcute_cutlass_free.argtypes = [ptr]
     return lib
 
 
 def tile_widths() -> tuple[int, ...]:
-    """The tile widths (columns of D a CTA computes) the library was built with."""
+    """The tile widths (columns of the output a CTA computes) the library was built with."""
     out = (ctypes.c_int * 8)()
     return tuple(out[:_library().foxcute_cutlass_tile_ns(out, 8)])
 
 
-class Matmul:
-    """D = A @ B_t^T for float32 cupy arrays / torch CUDA tensors A [M, K], B_t [N, K] (K a
-    and N multiples of 4: 16-byte rows for TMA), bound to its arrays: CUTLASS initializes the
-    kernel's parameters once here, and each call launches the one kernel on the current
-    stream and returns `out` [M, N] (so calls can be captured in a CUDA graph). The tile is
-    the narrowest built one that spans N (all of them past 128)."""
+def _tile_for(n: int) -> int:
+    """The narrowest built tile width that spans n columns (the widest past 128)."""
+    return next((t for t in tile_widths() if t >= n), tile_widths()[-1])
+
+
+class _Plan:
+    """A CUTLASS GEMM bound to its arrays: CUTLASS initializes the kernel's parameters (and any
+    workspace) once, at construction; each call launches on the current stream of the arrays'
+    library and returns `out`, so calls can be captured in a CUDA graph."""
+
+    where = ""
+
+    def _bind(self, make_plan, arrays: tuple, out: Any, kind: str, *sizes: int) -> None:
+        self.arrays, self.out = arrays, out  # the plan holds their addresses
+        status = ctypes.c_int(STATUS_SUCCESS)
+        self._free = _library().foxcute_cutlass_free  # held: __del__ may run at interpreter exit
+        self._plan = make_plan(self.tile_n, *(_arrays.data_ptr(a, kind) for a in (*arrays, out)), *sizes,
+                               ctypes.byref(status))
+        if not self._plan:
+            raise RuntimeError(f"{self.where}: CUTLASS refused sizes {sizes} (cutlass::Status {status.value})")
+
+    def __call__(self) -> Any:
+        status = _library().foxcute_cutlass_launch(self._plan, _arrays.current_stream_handle(self.out))
+        if status != STATUS_SUCCESS:
+            raise RuntimeError(f"{self.where}: launch failed, status {status} (1000+ = CUDA error)")
+        return self.out
+
+    def __del__(self) -> None:
+        if getattr(self, "_plan", None):
+            self._free(self._plan)
+            self._plan = None
+
+
+class Matmul(_Plan):
+    """D = A @ B_t^T for float32 cupy arrays / torch CUDA tensors A [M, K], B_t [N, K] (K and N
+    multiples of 4: 16-byte rows for TMA); returns `out` [M, N]."""
+
+    where = "foxcute.peers.cutlass_gemm.Matmul"
 
     def __init__(self, A: Any, B_t: Any, out: Any = None):
-        where = "foxcute.peers.cutlass_gemm.Matmul"
-        chk = _arrays.Checker(where, gpu=True)
+        chk = _arrays.Checker(self.where, gpu=True)
         chk.array("A", A, ("M", "K"))
         chk.array("B_t", B_t, ("N", "K"))
         chk.dim_range("M", 1, 2**31 - 1, "CUTLASS's int problem shape")
@@ -145,24 +178,38 @@ class Matmul:
             out = _arrays.empty(A, (m, n))
         else:
             chk.array("out", out, (m, n))
-        self.A, self.B_t, self.out = A, B_t, out  # the plan holds their addresses
-        self.tile_n = next((t for t in tile_widths() if t >= n), tile_widths()[-1])
-        kind = chk.kind
-        status = ctypes.c_int(STATUS_SUCCESS)
-        self._free = _library().foxcute_cutlass_free  # held: __del__ may run at interpreter exit
-        self._plan = _library().foxcute_cutlass_plan(
-            self.tile_n, _arrays.data_ptr(A, kind), _arrays.data_ptr(B_t, kind), _arrays.data_ptr(out, kind),
-            m, n, k, ctypes.byref(status))
-        if not self._plan:
-            raise RuntimeError(f"{where}: CUTLASS refused M={m}, N={n}, K={k} (cutlass::Status {status.value})")
+        self.tile_n = _tile_for(n)
+        self._bind(_library().foxcute_cutlass_matmul_plan, (A, B_t), out, chk.kind, m, n, k)
 
-    def __call__(self) -> Any:
-        status = _library().foxcute_cutlass_launch(self._plan, _arrays.current_stream_handle(self.A))
-        if status != STATUS_SUCCESS:
-            raise RuntimeError(f"CUTLASS GEMM launch failed: status {status} (1000+ = CUDA error)")
-        return self.out
 
-    def __del__(self) -> None:
-        if getattr(self, "_plan", None):
-            self._free(self._plan)
-            self._plan = None
+class WeightGrad(_Plan):
+    """dW = dY^T X [N, K] for float32 cupy arrays / torch CUDA tensors dY [M, N], X [M, K] (N
+    and K multiples of 4), split `splits` ways over the M rows (None: as many as fill the
+    GPU's multiprocessors with the output's tiles); the splits of a tile are summed in row
+    order (CUTLASS's deterministic turnstile). Returns `out` [N, K]."""
+
+    where = "foxcute.peers.cutlass_gemm.WeightGrad"
+    BLOCK_K = 32  # rows of the reduction a mainloop step takes (the tile's K)
+
+    def __init__(self, dY: Any, X: Any, out: Any = None, splits: int | None = None):
+        chk = _arrays.Checker(self.where, gpu=True)
+        chk.array("dY", dY, ("M", "N"))
+        chk.array("X", X, ("M", "K"))
+        chk.dim_range("M", 1, 2**31 - 1, "CUTLASS's int problem shape")
+        chk.dim_multiple("N", 4, "TMA needs 16-byte row strides")
+        chk.dim_multiple("K", 4, "TMA needs 16-byte row strides")
+        m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
+        if out is None:
+            out = _arrays.empty(dY, (n, k))
+        else:
+            chk.array("out", out, (n, k))
+        self.tile_n = _tile_for(k)
+        blocks = -(-m // self.BLOCK_K)
+        if splits is None:
+            tiles = -(-n // 128) * -(-k // self.tile_n)
+            splits = max(1, min(_arrays.sm_count(dY) // tiles, blocks))
+        elif not 1 <= splits <= blocks:
+            raise _arrays.FoxcuteInputError(f"{self.where}: splits={splits} is outside 1..{blocks} "
+                                            f"(the {m} rows' {self.BLOCK_K}-row blocks)")
+        self.splits = splits
+        self._bind(_library().foxcute_cutlass_weight_grad_plan, (dY, X), out, chk.kind, m, n, k, splits)
