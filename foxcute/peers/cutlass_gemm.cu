@@ -63,7 +63,10 @@ using WeightGradGemm = Tf32Gemm<TileN, ColumnMajor, RowMajor, cutlass::gemm::Ker
 
 // A problem bound to its pointers: initialized once (kernel attributes, parameters, workspace),
 // so that a launch is the GEMM's kernels on the given stream and can be captured in a CUDA graph.
+// This library links its own CUDA runtime, whose current device is its own: each call sets the
+// device the arrays live on.
 struct Plan {
+  int device = 0;
   virtual ~Plan() = default;
   virtual cutlass::Status launch(cudaStream_t stream) = 0;
 };
@@ -74,11 +77,13 @@ struct PlanFor final : Plan {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 
-  ~PlanFor() override { cudaFree(workspace); }
+  ~PlanFor() override {
+    cudaSetDevice(device);
+    cudaFree(workspace);
+  }
 
   cutlass::Status init(typename G::Device::Arguments args) {
-    int device = 0;
-    cudaGetDevice(&device);
+    if (cudaSetDevice(device) != cudaSuccess) return cutlass::Status::kErrorInternal;
     args.hw_info = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename G::Kernel>(device);
     cutlass::Status status = gemm.can_implement(args);
     if (status != cutlass::Status::kSuccess) return status;
@@ -93,6 +98,7 @@ struct PlanFor final : Plan {
   // each launch zeroes the workspace first (on the stream: a memset node in a graph), as
   // CUTLASS's own initialize does before a run
   cutlass::Status launch(cudaStream_t stream) override {
+    if (cudaSetDevice(device) != cudaSuccess) return cutlass::Status::kErrorInternal;
     if (workspace_bytes > 0 && cudaMemsetAsync(workspace, 0, workspace_bytes, stream) != cudaSuccess) {
       return cutlass::Status::kErrorInternal;
     }
@@ -101,8 +107,9 @@ struct PlanFor final : Plan {
 };
 
 template <class G>
-Plan* make_plan(typename G::Device::Arguments const& args, int* status) {
+Plan* make_plan(int device, typename G::Device::Arguments const& args, int* status) {
   auto* plan = new PlanFor<G>();
+  plan->device = device;
   cutlass::Status s = plan->init(args);
   *status = static_cast<int>(s);
   if (s != cutlass::Status::kSuccess) {
@@ -113,7 +120,7 @@ Plan* make_plan(typename G::Device::Arguments const& args, int* status) {
 }
 
 template <int TileN>
-Plan* matmul_plan(const float* a, const float* b_t, float* d, int m, int n, int k, int* status) {
+Plan* matmul_plan(int device, const float* a, const float* b_t, float* d, int m, int n, int k, int* status) {
   using G = MatmulGemm<TileN>;
   using K = typename G::Kernel;
   auto stride_d = cutlass::make_cute_packed_stride(typename K::StrideD{}, {m, n, 1});
@@ -123,12 +130,13 @@ Plan* matmul_plan(const float* a, const float* b_t, float* d, int m, int n, int 
       {a, cutlass::make_cute_packed_stride(typename K::StrideA{}, {m, k, 1}),
        b_t, cutlass::make_cute_packed_stride(typename K::StrideB{}, {n, k, 1})},
       {{1.0f, 0.0f}, nullptr, stride_d, d, stride_d}};
-  return make_plan<G>(args, status);
+  return make_plan<G>(device, args, status);
 }
 
 // dW [n, k] = dY^T X over `rows` rows: the GEMM (M, N, K) = (n, k, rows)
 template <int TileN>
-Plan* weight_grad_plan(const float* dy, const float* x, float* dw, int rows, int n, int k, int splits, int* status) {
+Plan* weight_grad_plan(int device, const float* dy, const float* x, float* dw, int rows, int n, int k, int splits,
+                       int* status) {
   using G = WeightGradGemm<TileN>;
   using K = typename G::Kernel;
   auto stride_d = cutlass::make_cute_packed_stride(typename K::StrideD{}, {n, k, 1});
@@ -141,7 +149,7 @@ Plan* weight_grad_plan(const float* dy, const float* x, float* dw, int rows, int
   args.scheduler.splits = splits;
   args.scheduler.decomposition_mode = StreamKParams::DecompositionMode::SplitK;
   args.scheduler.reduction_mode = StreamKParams::ReductionMode::Deterministic;
-  return make_plan<G>(args, status);
+  return make_plan<G>(device, args, status);
 }
 
 constexpr int kTileNs[] = {32, 64, 128};
@@ -157,25 +165,25 @@ int foxcute_cutlass_tile_ns(int* out, int capacity) {
   return count;
 }
 
-// A plan for D = A @ B_t^T with the given tile width, or null with *status the CUTLASS status
-// (cutlass::Status) that refused it.
-void* foxcute_cutlass_matmul_plan(int tile_n, const float* a, const float* b_t, float* d, int m, int n, int k,
-                                  int* status) {
+// A plan on CUDA device `device` for D = A @ B_t^T with the given tile width, or null with
+// *status the CUTLASS status (cutlass::Status) that refused it.
+void* foxcute_cutlass_matmul_plan(int device, int tile_n, const float* a, const float* b_t, float* d, int m, int n,
+                                  int k, int* status) {
   switch (tile_n) {
-    case 32: return matmul_plan<32>(a, b_t, d, m, n, k, status);
-    case 64: return matmul_plan<64>(a, b_t, d, m, n, k, status);
-    case 128: return matmul_plan<128>(a, b_t, d, m, n, k, status);
+    case 32: return matmul_plan<32>(device, a, b_t, d, m, n, k, status);
+    case 64: return matmul_plan<64>(device, a, b_t, d, m, n, k, status);
+    case 128: return matmul_plan<128>(device, a, b_t, d, m, n, k, status);
     default: *status = static_cast<int>(cutlass::Status::kErrorNotSupported); return nullptr;
   }
 }
 
 // A plan for dW [n, k] = dY^T X (dY [rows, n], X [rows, k]) split `splits` ways over the rows.
-void* foxcute_cutlass_weight_grad_plan(int tile_n, const float* dy, const float* x, float* dw, int rows, int n,
-                                       int k, int splits, int* status) {
+void* foxcute_cutlass_weight_grad_plan(int device, int tile_n, const float* dy, const float* x, float* dw, int rows,
+                                       int n, int k, int splits, int* status) {
   switch (tile_n) {
-    case 32: return weight_grad_plan<32>(dy, x, dw, rows, n, k, splits, status);
-    case 64: return weight_grad_plan<64>(dy, x, dw, rows, n, k, splits, status);
-    case 128: return weight_grad_plan<128>(dy, x, dw, rows, n, k, splits, status);
+    case 32: return weight_grad_plan<32>(device, dy, x, dw, rows, n, k, splits, status);
+    case 64: return weight_grad_plan<64>(device, dy, x, dw, rows, n, k, splits, status);
+    case 128: return weight_grad_plan<128>(device, dy, x, dw, rows, n, k, splits, status);
     default: *status = static_cast<int>(cutlass::Status::kErrorNotSupported); return nullptr;
   }
 }

@@ -65,9 +65,15 @@ def unavailable() -> str | None:
 
 
 def cache_dir() -> Path:
+    """$FOXCUTE_CACHE_DIR, else the user's cache folder, else (not writable) the temp folder."""
     root = os.environ.get("FOXCUTE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "foxcute")
-    return Path(root) / "cutlass_gemm"
+    target = Path(root) / "cutlass_gemm"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        target = Path(tempfile.gettempdir()) / f"foxcute-{os.getuid()}" / "cutlass_gemm"
+    return target
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,7 @@ def _library() -> ctypes.CDLL:
     for plan, sizes in ((lib.foxcute_cutlass_matmul_plan, [i32] * 3),
                         (lib.foxcute_cutlass_weight_grad_plan, [i32] * 4)):
         plan.restype = ptr
-        plan.argtypes = [i32, ptr, ptr, ptr, *sizes, ctypes.POINTER(i32)]
+        plan.argtypes = [i32, i32, ptr, ptr, ptr, *sizes, ctypes.POINTER(i32)]
     lib.foxcute_cutlass_launch.argtypes = [ptr, ptr]
     lib.foxcute_cutlass_free.argtypes = [ptr]
     return lib
@@ -143,8 +149,8 @@ class _Plan:
         self.arrays, self.out = arrays, out  # the plan holds their addresses
         status = ctypes.c_int(STATUS_SUCCESS)
         self._free = _library().foxcute_cutlass_free  # held: __del__ may run at interpreter exit
-        self._plan = make_plan(self.tile_n, *(_arrays.data_ptr(a, kind) for a in (*arrays, out)), *sizes,
-                               ctypes.byref(status))
+        self._plan = make_plan(_arrays.device_id(out, kind), self.tile_n,
+                               *(_arrays.data_ptr(a, kind) for a in (*arrays, out)), *sizes, ctypes.byref(status))
         if not self._plan:
             raise RuntimeError(f"{self.where}: CUTLASS refused sizes {sizes} (cutlass::Status {status.value})")
 
