@@ -308,7 +308,7 @@ def write_index(out_dir: Path) -> Path:
 
 README_BEGIN = "<!-- foxcute-results:begin (written by `foxcute index`) -->"
 README_END = "<!-- foxcute-results:end -->"
-HEADLINE_IMPLS = ("naive", "cute", "cute_one_stream", "cute_fused", "cute_seed", "torch_eager",
+HEADLINE_IMPLS = ("naive", "cute", "cute_one_stream", "cute_fused", "cute_seed", "cutlass_cpp", "torch_eager",
                   "torch_compile", "torch_compile_cudagraphs")
 
 

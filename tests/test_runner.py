@@ -187,7 +187,10 @@ def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
 
     rec = lambda impl, t: {"layer": "column_sum", "pass": "forward", "impl": impl,  # noqa: E731
                            "params": {"N": 3, "variant": "N=3"}, "time_us": t, "floor_us": 2.0}
-    run_folder("2026a_gpu", "NVIDIA H200", [rec("naive", 900.0), rec("cute", 4.0), rec("torch_eager", 8.0)])
+    gemm = {"layer": "gemm", "pass": "matmul", "impl": "cutlass_cpp", "params": {"variant": "seed projection"},
+            "time_us": 30.0, "floor_us": 20.0}
+    run_folder("2026a_gpu", "NVIDIA H200", [rec("naive", 900.0), rec("cute", 4.0), rec("torch_eager", 8.0), gemm,
+                                            {**gemm, "impl": "cute", "time_us": 25.0}])
     run_folder("2026b_cpu", None, [])
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{runner.README_BEGIN}\nold\n{runner.README_END}\nrest\n")
@@ -195,7 +198,12 @@ def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
     row = next(line for line in text.splitlines() if line.startswith("| column_sum forward (N=3)"))
-    assert row.split("|")[1:-1] == [" column_sum forward (N=3) ", " 900 ", " 4 ", " 8 ", " 2 ", " 2 ", " 225 "]
+    assert row.split("|")[1:-1] == [" column_sum forward (N=3) ", " 900 ", " 4 ", " - ", " 8 ", " 2 ", " 2 ", " 225 "]
+    header = next(line for line in text.splitlines() if line.startswith("| layer pass"))
+    assert header.split("|")[2:6] == [" naive ", " cute ", " cutlass_cpp ", " torch_eager "]
+    row = next(line for line in text.splitlines() if line.startswith("| gemm matmul (seed projection)"))
+    assert row.split("|")[1:-1] == [" gemm matmul (seed projection) ", " - ", " 25 ", " 30 ", " - ", " 20 ", " 1.25 ",
+                                    " - "]
     assert "2026a_gpu" in text
     assert "| column_sum N=3 cute <= 5 us | 4 us | yes |" in text and "(1 of 1 met)" in text
     assert "Not every notebook" not in text
