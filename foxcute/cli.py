@@ -1,10 +1,13 @@
-"""Command line: `foxcute run ...` (also `python -m foxcute run ...`)."""
+"""Command line: `foxcute run|index|ptx ...` (also `python -m foxcute ...`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
                                          "block from the committed run folders")
     index.add_argument("--out", type=Path, default=runner.DEFAULT_OUT, help="the runs folder")
     index.add_argument("--readme", type=Path, default=runner.DEFAULT_OUT.parent / "README.md")
+    ptx = sub.add_parser("ptx", help="print the SHA-256 of every kernel's PTX as JSON (compiled for "
+                                     "sm_90a, no GPU needed): compare two checkouts' outputs")
+    ptx.add_argument("--module", action="append", dest="modules", metavar="NAME",
+                     help="only this foxcute.kernels module; repeatable; default: all")
     return parser
 
 
@@ -37,6 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not sys.stderr.isatty():  # CI: papermill streams each cell's output as log lines
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if args.command == "ptx":
+        # a folder of its own for the DSL's kept PTX files: two checkouts hashed at once would
+        # otherwise write the same file names in the default one
+        os.environ.setdefault("CUTE_DSL_DUMP_DIR", tempfile.mkdtemp(prefix="foxcute-ptx-"))
+        from . import benchmarks
+
+        print(json.dumps(benchmarks.ptx_digests(args.modules), indent=1, sort_keys=True))
+        return 0
     if args.command == "index":
         print(runner.write_index(args.out))
         if runner.update_readme(args.readme, args.out):

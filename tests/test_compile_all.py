@@ -33,3 +33,18 @@ def test_hopper_target_no_local_memory_no_float_atomics(module):
         assert ".target sm_90a" in ptx, name
         assert not re.search(r"\b(ld|st)\.local", ptx), name
         assert not re.search(r"\b(atom|red)\.[\w.]*\.f(16|32|64)\b", ptx), name
+
+
+def test_ptx_digests_name_every_kernel_of_the_modules_asked_for(capsys):
+    """`foxcute ptx`: one SHA-256 per kernel of each module's compiled_for_ci(), so that two
+    checkouts' outputs show which kernels a change touched."""
+    import json
+
+    from foxcute import cli
+
+    assert cli.main(["ptx", "--module", "column_sum", "--module", "risk_budget"]) == 0
+    digests = json.loads(capsys.readouterr().out)
+    assert set(digests) == {f"{m}.{k}" for m in ("column_sum", "risk_budget")
+                            for k in importlib.import_module(f"foxcute.kernels.{m}").compiled_for_ci()}
+    assert all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests.values())
+    assert len(set(digests.values())) == len(digests)  # distinct kernels, distinct code
