@@ -20,7 +20,7 @@ def ptx():
 
 def test_every_variant_compiled_for_hopper(ptx):
     want = {f"matmul_{e}_{p}" for e in gemm.EPILOGUES for p in gemm.PRECISIONS}
-    want |= {f"weight_grad_{p}" for p in gemm.PRECISIONS} | {f"weight_grad_pair_{p}" for p in gemm.PRECISIONS}
+    want |= {f"weight_grad{kind}_{p}" for kind in ("", "_pair", "_pair_scalar") for p in gemm.PRECISIONS}
     want |= {"kmajor_weight_grad_pair"}
     assert set(ptx) == want
     for name, text in ptx.items():
@@ -49,9 +49,10 @@ def test_weight_grad_only_atomic_is_the_integer_ticket(ptx):
     for p in gemm.PRECISIONS:
         atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_{p}"])
         assert atomics == ["atom.global.acq_rel.add.u32"], atomics
-        # The pair: one ticket per problem's branch.
-        atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_pair_{p}"])
-        assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
+        # The pairs: one ticket per problem's branch.
+        for pair in ("pair", "pair_scalar"):
+            atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_{pair}_{p}"])
+            assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
 
 
 def test_kmajor_weight_grad_is_wgmma_on_operands_rounded_by_their_producer(ptx):

@@ -1097,5 +1097,8 @@ def compiled_for_ci() -> dict[str, Any]:
         out[f"weight_grad_{precision}"] = _compile_weight_grad(precision, ((4, 4, True),), keep=True)
         out[f"weight_grad_pair_{precision}"] = _compile_weight_grad(precision, ((4, 4, False), (4, 4, False)),
                                                                      keep=True)
+        # the seed Mamba2 backward's dW_C = h^T dc with dw = dout^T ctx (X one column: scalar loads)
+        out[f"weight_grad_pair_scalar_{precision}"] = _compile_weight_grad(
+            precision, ((4, 4, False), (4, 1, False)), keep=True)
     out["kmajor_weight_grad_pair"] = _compile_kmajor_weight_grad(KMAJOR_TILE_N, ("kmajor", "rows"), keep=True)
     return out

@@ -1635,8 +1635,11 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
         gmem_ptr(dout), gmem_ptr(w), gmem_ptr(au), gmem_ptr(c), gmem_ptr(dau), gmem_ptr(dc),
         gmem_ptr(ctx), gmem_ptr(dsigma_partials), Float32(sigma), Int32(B), _cute.current_stream(h))
     dW_AB = gemm.weight_grad(hist, dau, with_bias=False, precision=precision)  # h_hist^T [da|du]
-    dW_C = gemm.weight_grad(h, dc, with_bias=False, precision=precision)
-    dw = gemm.weight_grad(dout, ctx.reshape(B, 1), with_bias=False, precision=precision).reshape(SH2)
+    # dW_C = h^T dc and dw = dout^T ctx reduce the same batch: one launch for both
+    dW_C = empty(h, (SH2, D))
+    dw = empty(h, (SH2,))
+    gemm.weight_grads_into([(h, dc, dW_C, D, None), (dout, ctx.reshape(B, 1), dw.reshape(SH2, 1), 1, None)],
+                           precision)
     dsigma = column_sum(dsigma_partials)
     dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
     dh = dout + gemm.matmul(dc, W_C, precision=precision)
