@@ -32,7 +32,7 @@ using StreamKParams = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90
 template <int TileN, class LayoutA, class LayoutB, class Schedule, class TileScheduler>
 struct Tf32Gemm {
   using TileShape = Shape<_128, Int<TileN>, _32>;  // 32 floats of K: one 128-byte swizzle row
-  using ClusterShape = Shape<_1, _1, _1>;          // the weight operands are a few KB: nothing to multicast
+  using ClusterShape = Shape<_1, _1, _1>;          // no TMA multicast: the matmul's B_t is a few KB
   static constexpr int kAlign = 4;                 // 16-byte accesses
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<

@@ -5,7 +5,7 @@ nvidia-cutlass wheel ships (cutlass_library/source) and called through ctypes.
 
 It is a peer where it builds: `unavailable()` says why not (no nvcc, no headers), and the
 build is cached by the hash of the source, the compiler's version and the flags, so a
-machine compiles it once (~30 s). `build()` works without a GPU (CI checks its SASS).
+machine compiles it once (~50 s on 2 cores). `build()` works without a GPU (CI checks its SASS).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
          "-Xcompiler", "-fPIC", "-shared")
 LIBRARY_NAME = "libfoxcute_cutlass_gemm.so"
 STATUS_SUCCESS = 0  # cutlass::Status::kSuccess
+TILE_M = 128  # output rows a CTA computes (cutlass_gemm.cu's TileShape)
 
 
 def nvcc() -> str | None:
@@ -212,7 +213,7 @@ class WeightGrad(_Plan):
         self.tile_n = _tile_for(k)
         blocks = -(-m // self.BLOCK_K)
         if splits is None:
-            tiles = -(-n // 128) * -(-k // self.tile_n)
+            tiles = -(-n // TILE_M) * -(-k // self.tile_n)
             splits = max(1, min(_arrays.sm_count(dY) // tiles, blocks))
         elif not 1 <= splits <= blocks:
             raise _arrays.FoxcuteInputError(f"{self.where}: splits={splits} is outside 1..{blocks} "
