@@ -50,7 +50,7 @@ def test_weight_grad_matches_float64_and_reruns_bit_identical(rng, m, n, k):
         assert np.array_equal(grad().get(), first)
 
 
-@pytest.mark.parametrize("splits", [1, 7, 2048])
+@pytest.mark.parametrize("splits", [1, 7, 256])  # 256: 512 units, more than one round of resident CTAs
 def test_weight_grad_at_any_split(rng, splits):
     dy = rng.standard_normal((65536, 256), dtype=np.float32)
     x = rng.standard_normal((65536, 32), dtype=np.float32)
