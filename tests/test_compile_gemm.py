@@ -83,11 +83,16 @@ def test_even_n_outputs_are_stored_in_64_bit_pairs(ptx):
     # the CI variants are compiled for an even N: every output store is a pair (a thread's
     # 2 x 2 x (bm / 64) x (bn / 16) accumulators, 64 at bn = 128, in 32 pairs)
     for p in gemm.PRECISIONS:
-        for e in ("none", "bias_relu", "sigmoid"):
+        for e in ("none", "bias_relu", "sigmoid", "residual"):
             stores = re.findall(r"st\.global\.(v2\.)?[bf]32", ptx[f"matmul_{e}_{p}"])
             assert stores == ["v2."] * 32, (e, p, stores[:4], len(stores))
-    odd = gemm._compile_matmul("none", "tf32", 8, 4, False, keep=True).__ptx__  # odd N: elements
-    assert "st.global.v2" not in odd and re.search(r"st\.global\.[bf]32", odd)
+        # the residual's R is read as the output is written: a pair per pair
+        loads = re.findall(r"ld\.global\.(v2\.)?[bf]32", ptx[f"matmul_residual_{p}"])
+        assert loads == ["v2."] * 32, (p, loads[:4], len(loads))
+    for e in ("none", "residual"):  # odd N: elements
+        odd = gemm._compile_matmul(e, "tf32", 8, 4, False, keep=True).__ptx__
+        assert "st.global.v2" not in odd and re.search(r"st\.global\.[bf]32", odd)
+        assert "ld.global.v2" not in odd
 
 
 def test_widest_tile_keeps_accumulators_in_registers():

@@ -18,10 +18,12 @@ gemm = pytest.importorskip("foxcute.kernels.gemm")
 SHAPES = [(1, 1, 1), (7, 5, 3), (8191, 33, 100), (65537, 16, 256), (1000, 512, 512), (300, 130, 37)]
 
 
-def reference_matmul(a, b_t, epilogue, bias, v, c0):
+def reference_matmul(a, b_t, epilogue, bias, v, c0, residual):
     c = a.astype(np.float64) @ b_t.astype(np.float64).T
     if epilogue == "none":
         return c
+    if epilogue == "residual":
+        return c + residual
     c = c + bias
     if epilogue == "bias_relu":
         return np.maximum(c, 0.0)
@@ -42,9 +44,10 @@ def random_inputs(rng, m, n, k):
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_matmul_matches_float64(rng, m, n, k, epilogue, precision):
     a, b_t, bias, v = random_inputs(rng, m, n, k)
+    residual = rng.standard_normal((m, n), dtype=np.float32)
     out = gemm.matmul(cp.asarray(a), cp.asarray(b_t), epilogue=epilogue, bias=cp.asarray(bias),
-                      v=cp.asarray(v), c0=0.25, precision=precision)
-    ref = reference_matmul(a, b_t, epilogue, bias, v, 0.25)
+                      v=cp.asarray(v), c0=0.25, residual=cp.asarray(residual), precision=precision)
+    ref = reference_matmul(a, b_t, epilogue, bias, v, 0.25, residual)
     assert out.shape == ref.shape and out.dtype == np.float32
     assert rel_err(out, ref) <= TOLERANCE[precision]
 
@@ -200,5 +203,9 @@ def test_rejects_bad_arguments_before_launch():
         gemm.matmul(a, cp.ones((4, 9), np.float32))
     with pytest.raises(FoxcuteInputError, match="'bias'"):
         gemm.matmul(a, cp.ones((4, 8), np.float32), epilogue="bias_relu")
+    with pytest.raises(FoxcuteInputError, match="'residual' is required"):
+        gemm.matmul(a, cp.ones((4, 8), np.float32), epilogue="residual")
+    with pytest.raises(FoxcuteInputError, match="'residual' has N=5"):
+        gemm.matmul(a, cp.ones((4, 8), np.float32), epilogue="residual", residual=cp.ones((10, 5), np.float32))
     with pytest.raises(FoxcuteInputError, match="float32"):
         gemm.matmul(a.astype(np.float64), cp.ones((4, 8), np.float32))

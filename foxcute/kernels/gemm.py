@@ -44,7 +44,7 @@ from cutlass.cute.nvgpu import warpgroup
 from .. import _arrays
 from . import _cute, _wgmma
 
-EPILOGUES = ("none", "bias_relu", "sigmoid", "row_dot")
+EPILOGUES = ("none", "bias_relu", "sigmoid", "row_dot", "residual")
 PRECISIONS = ("tf32", "fp32")
 MODE = {"tf32": "tf32", "fp32": "ffma"}  # precision -> tile_mma mode
 MAX_DIM = 512  # N and K: the widest layer of the trainer; tiles and grids are sized for it
@@ -146,6 +146,14 @@ def store_pair(row: cute.Tensor, col: Int32, lo: Float32, hi: Float32):
     pair[0] = lo
     pair[1] = hi
     cute.autovec_copy(pair, cute.local_tile(row, (2,), (col // 2,)))
+
+
+@cute.jit
+def load_pair(row: cute.Tensor, col: Int32) -> tuple:
+    """(row[col], row[col + 1]) as one 64-bit load (col even, the row 8-byte aligned)."""
+    pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
+    cute.autovec_copy(cute.local_tile(row, (2,), (col // 2,)), pair)
+    return pair[0], pair[1]
 
 
 @cute.jit
@@ -365,7 +373,9 @@ class SkinnyMatmul:
 
     epilogue: "none" out = C; "bias_relu" out = relu(C + bias); "sigmoid" out = sigmoid(C + bias);
     "row_dot" out[m] = sum_n relu(C[m, n] + bias[n]) * v[n] + c0 (a second layer with one
-    output, reduced in registers and across the 4 lanes sharing a row: out is [M]).
+    output, reduced in registers and across the 4 lanes sharing a row: out is [M]);
+    "residual" out = C + R for R [M, N] (the seed Mamba2 backward's dh = dout + dc W_C^T: the
+    sum in the store, not a second pass over both [M, N] arrays).
 
     With `pairs` (stores_pairs: N even, an output of N columns), each thread's accumulators
     (g, 2t), (g, 2t + 1) are stored as one 64-bit pair (store_pair). The same change to the
@@ -385,8 +395,9 @@ class SkinnyMatmul:
 
     @cute.jit
     def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, out_ptr: cute.Pointer,
-                 bias_ptr: cute.Pointer, v_ptr: cute.Pointer, c0: Float32,
+                 bias_ptr: cute.Pointer, aux_ptr: cute.Pointer, c0: Float32,
                  m: Int32, n: Int32, k_vecs: Int32, stream):
+        """aux: row_dot's v [N], or residual's R [M, N]; any valid address for the others."""
         k = cute.assume(k_vecs * self.vec, divby=self.vec)
         mA = cute.make_tensor(a_ptr, cute.make_layout((m, k_vecs, self.vec), stride=(k, self.vec, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((n, k_vecs, self.vec), stride=(k, self.vec, 1)))
@@ -397,13 +408,16 @@ class SkinnyMatmul:
         else:
             mOut = cute.make_tensor(out_ptr, cute.make_layout((m, n), stride=(n, 1)))
         mBias = cute.make_tensor(bias_ptr, cute.make_layout(n))
-        mV = cute.make_tensor(v_ptr, cute.make_layout(n))
-        self.kernel(mA, mB, mOut, mBias, mV, c0, m, n, k_vecs).launch(
+        if cutlass.const_expr(self.epilogue == "residual"):
+            mAux = cute.make_tensor(aux_ptr, mOut.layout)  # R as laid out as out
+        else:
+            mAux = cute.make_tensor(aux_ptr, cute.make_layout(n))
+        self.kernel(mA, mB, mOut, mBias, mAux, c0, m, n, k_vecs).launch(
             grid=[(m + self.bm - 1) // self.bm, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mA: cute.Tensor, mB: cute.Tensor, mOut: cute.Tensor, mBias: cute.Tensor,
-               mV: cute.Tensor, c0: Float32, m: Int32, n: Int32, k_vecs: Int32):
+               mAux: cute.Tensor, c0: Float32, m: Int32, n: Int32, k_vecs: Int32):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         vecs = CHUNK // self.vec
@@ -435,8 +449,12 @@ class SkinnyMatmul:
                         if cutlass.const_expr(self.pairs):
                             col = col0 + cC[(0, v1), mi, ni][1]  # even, and N is: col + 1 < N too
                             if col < n and row < m:
-                                store_pair(mOut[row, None], col, self.output(acc[(0, v1), mi, ni], mBias, col),
-                                           self.output(acc[(1, v1), mi, ni], mBias, col + 1))
+                                lo = self.output(acc[(0, v1), mi, ni], mBias, col)
+                                hi = self.output(acc[(1, v1), mi, ni], mBias, col + 1)
+                                if cutlass.const_expr(self.epilogue == "residual"):  # R's pair: one 64-bit load
+                                    r_lo, r_hi = load_pair(mAux[row, None], col)
+                                    lo, hi = lo + r_lo, hi + r_hi
+                                store_pair(mOut[row, None], col, lo, hi)
                         else:
                             for v0 in cutlass.range_constexpr(2):
                                 col = col0 + cC[(v0, v1), mi, ni][1]
@@ -445,7 +463,10 @@ class SkinnyMatmul:
                                     if cutlass.const_expr(self.epilogue == "row_dot"):
                                         h = c + mBias[col]
                                         h = h if h > Float32(0.0) else Float32(0.0)
-                                        row_sum[v1, mi] = row_sum[v1, mi] + h * mV[col]
+                                        row_sum[v1, mi] = row_sum[v1, mi] + h * mAux[col]
+                                    elif cutlass.const_expr(self.epilogue == "residual"):
+                                        if row < m:
+                                            mOut[row, col] = c + mAux[row, col]
                                     elif row < m:
                                         mOut[row, col] = self.output(c, mBias, col)
         if cutlass.const_expr(self.epilogue == "row_dot"):
@@ -462,7 +483,8 @@ class SkinnyMatmul:
 
     @cute.jit
     def output(self, c: Float32, mBias: cute.Tensor, col: Int32) -> Float32:
-        """The stored value of accumulator c in column col (epilogues other than row_dot)."""
+        """The stored value of accumulator c in column col (epilogues other than row_dot; the
+        residual's R is added where it is loaded)."""
         out = c
         if cutlass.const_expr(self.epilogue == "bias_relu"):
             h = c + mBias[col]
@@ -956,24 +978,30 @@ def _check(where: str, precision: str, **dims: int) -> None:
 
 
 def matmul(A: Any, B_t: Any, *, epilogue: str = "none", bias: Any = None, v: Any = None,
-           c0: float = 0.0, precision: str = "tf32", out: Any = None) -> Any:
+           c0: float = 0.0, residual: Any = None, precision: str = "tf32", out: Any = None) -> Any:
     """epilogue(A @ B_t^T) for float32 cupy arrays / torch CUDA tensors A [M, K], B_t [N, K].
     bias [N] is needed by "bias_relu", "sigmoid" and "row_dot"; v [N] and c0 by "row_dot",
-    whose output is [M]; the others give [M, N]. Launched on the current stream."""
+    whose output is [M]; residual [M, N] by "residual"; the others give [M, N]. Arguments an
+    epilogue does not use are not read. Launched on the current stream."""
     where = "foxcute.kernels.gemm.matmul"
     _arrays.check_choice(where, "epilogue", epilogue, EPILOGUES)
     chk = _arrays.Checker(where, gpu=True)
     chk.array("A", A, ("M", "K"))
     chk.array("B_t", B_t, ("N", "K"))
-    if epilogue != "none":
+    if epilogue in ("bias_relu", "sigmoid", "row_dot"):
         if bias is None:
             raise chk.fail("bias", f"is required by epilogue {epilogue!r}")
         chk.array("bias", bias, ("N",))
+    aux = None  # the kernel's aux operand: row_dot's v, residual's R
     if epilogue == "row_dot":
         if v is None:
             raise chk.fail("v", "is required by epilogue 'row_dot'")
-        chk.array("v", v, ("N",))
+        aux = chk.array("v", v, ("N",))
         c0 = chk.scalar("c0", c0)
+    if epilogue == "residual":
+        if residual is None:
+            raise chk.fail("residual", "is required by epilogue 'residual'")
+        aux = chk.array("residual", residual, ("M", "N"))
     m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
     _check(where, precision, M=m, N=n, K=k)
     out_shape = (m,) if epilogue == "row_dot" else (m, n)
@@ -985,7 +1013,7 @@ def matmul(A: Any, B_t: Any, *, epilogue: str = "none", bias: Any = None, v: Any
     fn = _compile_matmul(epilogue, precision, _tile_n(n), vec, stores_pairs(epilogue, n))
     unused = A  # pointers an epilogue does not read: any valid address
     fn(_cute.gmem_ptr(A), _cute.gmem_ptr(B_t), _cute.gmem_ptr(out),
-       _cute.gmem_ptr(bias if bias is not None else unused), _cute.gmem_ptr(v if v is not None else unused),
+       _cute.gmem_ptr(bias if bias is not None else unused), _cute.gmem_ptr(aux if aux is not None else unused),
        Float32(c0), Int32(m), Int32(n), Int32(k // vec), _cute.current_stream(A))
     return out
 

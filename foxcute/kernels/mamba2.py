@@ -1642,5 +1642,5 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
                            precision)
     dsigma = column_sum(dsigma_partials)
     dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
-    dh = dout + gemm.matmul(dc, W_C, precision=precision)
+    dh = gemm.matmul(dc, W_C, epilogue="residual", residual=dout, precision=precision)  # dout + dc W_C^T
     return (contiguous(dW_AB[:, :D]), contiguous(dW_AB[:, D:]), dW_C, dw, dsigma, dh_hist, dh)
