@@ -179,6 +179,14 @@ class Checker:
                 self.dims[dim] = size
                 self._dim_source[dim] = name
 
+    def output(self, out: Any, shape: Sequence[str | int], like: Any, name: str = "out") -> Any:
+        """An optional output argument: `out` checked as array `name` of `shape` (dimension
+        names bound by earlier arguments, or sizes), or, where it is None, a new array of
+        `like`'s kind and device with that shape."""
+        if out is None:
+            return empty(like, [self.dims[d] if isinstance(d, str) else d for d in shape])
+        return self.array(name, out, shape)
+
     def scalar(self, name: str, value: Any) -> float:
         try:
             v = float(value)

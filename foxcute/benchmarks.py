@@ -415,24 +415,29 @@ def fd_gradient(objective: Callable[[dict[str, Any]], float], x: dict[str, Any],
 # ---------------------------------------------------------------- compiled-kernel facts
 
 
-def ptx_digests(modules: list[str] | None = None) -> dict[str, str]:
-    """SHA-256 of the PTX of every kernel that each kernel module's compiled_for_ci() compiles
-    ("module.kernel" -> hex digest; all of foxcute.kernels' public modules, or `modules`):
-    two checkouts compare to show that a change left the generated code byte-identical, which
-    a refactor can prove without a GPU (`foxcute ptx`)."""
-    import hashlib
+def kernel_modules() -> list[str]:
+    """The public modules of foxcute.kernels (the optimized and the naive kernels), sorted."""
     import pkgutil
 
     import foxcute.kernels
 
-    names = modules or sorted(m.name for m in pkgutil.iter_modules(foxcute.kernels.__path__)
-                              if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules(foxcute.kernels.__path__) if not m.name.startswith("_"))
+
+
+def ptx_digests(modules: list[str] | None = None) -> dict[str, str]:
+    """SHA-256 of the PTX of every kernel that each kernel module's compiled_for_ci() compiles
+    ("module.kernel" -> hex digest; all of kernel_modules(), or `modules`): two checkouts
+    compare to show that a change left the generated code byte-identical, which a refactor
+    can prove without a GPU (`foxcute ptx`)."""
+    import hashlib
+
     digests = {}
-    for name in names:
+    for name in modules or kernel_modules():
         module = importlib.import_module(f"foxcute.kernels.{name}")
         for kernel, compiled in getattr(module, "compiled_for_ci", dict)().items():
             digests[f"{name}.{kernel}"] = hashlib.sha256(compiled.__ptx__.encode()).hexdigest()
     return digests
+
 
 _VEC128_LOAD = r"ld\.global(?:\.[a-z]+)*\.(?:v4\.[bfsu]32|v2\.[bfsu]64)"
 

@@ -220,3 +220,16 @@ def test_gpu_backends_reject_non_contiguous():
         kw[first] = cupy.asfortranarray(kw[first])
         with pytest.raises(FoxcuteInputError, match=rf"'{first}' must be C-contiguous"):
             fn(**kw, backend=backend)
+
+
+def test_optional_output_is_checked_or_allocated_by_the_bound_sizes():
+    from foxcute._arrays import Checker
+
+    chk = Checker("where", gpu=False)
+    a = chk.array("A", np.zeros((5, 3), np.float32), ("M", "K"))
+    made = chk.output(None, ("M", 7), a)
+    assert made.shape == (5, 7) and made.dtype == np.float32
+    given = np.zeros((5, 7), np.float32)
+    assert chk.output(given, ("M", 7), a) is given
+    with pytest.raises(FoxcuteInputError, match="argument 'out' has M=4"):
+        chk.output(np.zeros((4, 7), np.float32), ("M", 7), a)

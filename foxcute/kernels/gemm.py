@@ -464,11 +464,11 @@ class SkinnyMatmul:
                                         h = c + mBias[col]
                                         h = h if h > Float32(0.0) else Float32(0.0)
                                         row_sum[v1, mi] = row_sum[v1, mi] + h * mAux[col]
-                                    elif cutlass.const_expr(self.epilogue == "residual"):
-                                        if row < m:
-                                            mOut[row, col] = c + mAux[row, col]
                                     elif row < m:
-                                        mOut[row, col] = self.output(c, mBias, col)
+                                        value = self.output(c, mBias, col)
+                                        if cutlass.const_expr(self.epilogue == "residual"):
+                                            value = value + mAux[row, col]
+                                        mOut[row, col] = value
         if cutlass.const_expr(self.epilogue == "row_dot"):
             # The 4 lanes t = lane % 4 of a row hold interleaved column pairs: add them in a
             # fixed butterfly order.
@@ -1004,11 +1004,7 @@ def matmul(A: Any, B_t: Any, *, epilogue: str = "none", bias: Any = None, v: Any
         aux = chk.array("residual", residual, ("M", "N"))
     m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
     _check(where, precision, M=m, N=n, K=k)
-    out_shape = (m,) if epilogue == "row_dot" else (m, n)
-    if out is None:
-        out = _arrays.empty(A, out_shape)
-    else:
-        chk.array("out", out, out_shape)
+    out = chk.output(out, ("M",) if epilogue == "row_dot" else ("M", "N"), A)
     vec = _vec(k)
     fn = _compile_matmul(epilogue, precision, _tile_n(n), vec, stores_pairs(epilogue, n))
     unused = A  # pointers an epilogue does not read: any valid address

@@ -56,7 +56,7 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
-from .._arrays import Checker, FoxcuteInputError, empty  # noqa: E402
+from .._arrays import Checker, FoxcuteInputError  # noqa: E402
 from ._wgmma import allocate_sw128, mma_group, publish, tiled_mma_tf32  # noqa: E402
 from .gemm import tf32_operand  # noqa: E402
 
@@ -193,10 +193,7 @@ def matmul_nt(A: Any, B: Any, *, out: Any = None) -> Any:
     chk.array("B", B, ("N", "K"))
     check_sizes(chk)
     m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
-    if out is None:
-        out = empty(A, (m, n))
-    else:
-        chk.array("out", out, ("M", "N"))
+    out = chk.output(out, ("M", "N"), A)
     _compile(n, k)(gmem_ptr(A), gmem_ptr(B), gmem_ptr(out), Int32(m), _cute.current_stream(A))
     return out
 

@@ -146,8 +146,9 @@ class _Plan:
 
     where = ""
 
-    def _bind(self, make_plan, arrays: tuple, out: Any, kind: str, *sizes: int) -> None:
+    def _bind(self, make_plan, arrays: tuple, out: Any, *sizes: int) -> None:
         self.arrays, self.out = arrays, out  # the plan holds their addresses
+        kind = _arrays.array_kind(out)
         status = ctypes.c_int(STATUS_SUCCESS)
         self._free = _library().foxcute_cutlass_free  # held: __del__ may run at interpreter exit
         self._plan = make_plan(_arrays.device_id(out, kind), self.tile_n,
@@ -181,12 +182,9 @@ class Matmul(_Plan):
         chk.dim_multiple("K", 4, "TMA needs 16-byte row strides")
         chk.dim_multiple("N", 4, "TMA needs 16-byte row strides in D")
         m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
-        if out is None:
-            out = _arrays.empty(A, (m, n))
-        else:
-            chk.array("out", out, (m, n))
+        out = chk.output(out, ("M", "N"), A)
         self.tile_n = _tile_for(n)
-        self._bind(_library().foxcute_cutlass_matmul_plan, (A, B_t), out, chk.kind, m, n, k)
+        self._bind(_library().foxcute_cutlass_matmul_plan, (A, B_t), out, m, n, k)
 
 
 class WeightGrad(_Plan):
@@ -206,10 +204,7 @@ class WeightGrad(_Plan):
         chk.dim_multiple("N", 4, "TMA needs 16-byte row strides")
         chk.dim_multiple("K", 4, "TMA needs 16-byte row strides")
         m, n, k = chk.dims["M"], chk.dims["N"], chk.dims["K"]
-        if out is None:
-            out = _arrays.empty(dY, (n, k))
-        else:
-            chk.array("out", out, (n, k))
+        out = chk.output(out, ("N", "K"), dY)
         self.tile_n = _tile_for(k)
         blocks = -(-m // self.BLOCK_K)
         if splits is None:
@@ -219,4 +214,4 @@ class WeightGrad(_Plan):
             raise _arrays.FoxcuteInputError(f"{self.where}: splits={splits} is outside 1..{blocks} "
                                             f"(the {m} rows' {self.BLOCK_K}-row blocks)")
         self.splits = splits
-        self._bind(_library().foxcute_cutlass_weight_grad_plan, (dY, X), out, chk.kind, m, n, k, splits)
+        self._bind(_library().foxcute_cutlass_weight_grad_plan, (dY, X), out, m, n, k, splits)
