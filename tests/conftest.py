@@ -58,7 +58,6 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
-
 def _disassembler() -> list[str] | None:
     """nvdisasm (CUDA toolkit or the nvidia-cuda-nvdisasm wheel) or cuobjdump, as a command
     taking a cubin path; None where neither is installed."""

@@ -25,6 +25,11 @@ SHAPES = [(65536, 32, 256), (65536, 256, 32), (1, 4, 4), (7, 36, 40), (8191, 64,
 WEIGHT_GRAD_SHAPES = [(65536, 256, 32), (8192, 256, 16), (1, 4, 4), (7, 36, 40), (8191, 260, 100)]
 
 
+def _weight_grad_operands(rng, m, n, k):
+    """dY [m, n] and X [m, k], standard normal float32."""
+    return rng.standard_normal((m, n), dtype=np.float32), rng.standard_normal((m, k), dtype=np.float32)
+
+
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_matches_float64_and_reruns_bit_identical(rng, m, n, k):
     a, b_t = matmul_operands(rng, m, n, k)
@@ -39,8 +44,7 @@ def test_matches_float64_and_reruns_bit_identical(rng, m, n, k):
 
 @pytest.mark.parametrize("m,n,k", WEIGHT_GRAD_SHAPES)
 def test_weight_grad_matches_float64_and_reruns_bit_identical(rng, m, n, k):
-    dy = rng.standard_normal((m, n), dtype=np.float32)
-    x = rng.standard_normal((m, k), dtype=np.float32)
+    dy, x = _weight_grad_operands(rng, m, n, k)
     grad = cutlass_gemm.WeightGrad(cp.asarray(dy), cp.asarray(x))
     first = grad().get()
     assert first.shape == (n, k) and first.dtype == np.float32
@@ -52,15 +56,13 @@ def test_weight_grad_matches_float64_and_reruns_bit_identical(rng, m, n, k):
 
 @pytest.mark.parametrize("splits", [1, 7, 256])  # 256: 512 units, more than one round of resident CTAs
 def test_weight_grad_at_any_split(rng, splits):
-    dy = rng.standard_normal((65536, 256), dtype=np.float32)
-    x = rng.standard_normal((65536, 32), dtype=np.float32)
+    dy, x = _weight_grad_operands(rng, 65536, 256, 32)
     got = cutlass_gemm.WeightGrad(cp.asarray(dy), cp.asarray(x), splits=splits)().get()
     assert rel_err(got, dy.astype(np.float64).T @ x.astype(np.float64)) <= TOLERANCE["tf32"]
 
 
 def test_weight_grad_graph_capture(rng):
-    dy = rng.standard_normal((8192, 256), dtype=np.float32)
-    x = rng.standard_normal((8192, 32), dtype=np.float32)
+    dy, x = _weight_grad_operands(rng, 8192, 256, 32)
     timing.check_graph_replay(cutlass_gemm.WeightGrad(cp.asarray(dy), cp.asarray(x)))
 
 
