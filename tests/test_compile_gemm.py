@@ -20,7 +20,8 @@ def ptx():
 
 def test_every_variant_compiled_for_hopper(ptx):
     want = {f"matmul_{e}_{p}" for e in gemm.EPILOGUES for p in gemm.PRECISIONS}
-    want |= {f"weight_grad{kind}_{p}" for kind in ("", "_pair", "_pair_scalar") for p in gemm.PRECISIONS}
+    want |= {f"weight_grad_k{bk}_{p}" for bk in gemm.WeightGrad.BK for p in gemm.PRECISIONS}
+    want |= {f"weight_grad{kind}_{p}" for kind in ("_pair", "_halves", "_pair_scalar") for p in gemm.PRECISIONS}
     want |= {"kmajor_weight_grad_pair"}
     assert set(ptx) == want
     for name, text in ptx.items():
@@ -47,12 +48,18 @@ def test_operands_stream_with_128_bit_copies_and_nothing_spills_to_local(ptx):
 
 def test_weight_grad_only_atomic_is_the_integer_ticket(ptx):
     for p in gemm.PRECISIONS:
-        atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_{p}"])
-        assert atomics == ["atom.global.acq_rel.add.u32"], atomics
+        for one in [f"k{bk}" for bk in gemm.WeightGrad.BK] + ["halves"]:
+            atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_{one}_{p}"])
+            assert atomics == ["atom.global.acq_rel.add.u32"], atomics
         # The pairs: one ticket per problem's branch.
         for pair in ("pair", "pair_scalar"):
             atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_{pair}_{p}"])
             assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
+
+
+def test_weight_grad_tile_is_the_narrowest_that_covers_k():
+    widths = {k: gemm.WeightGrad.tile_k(k) for k in (1, 16, 17, 32, 33, 64, 65, 512)}
+    assert widths == {1: 16, 16: 16, 17: 32, 32: 32, 33: 64, 64: 64, 65: 64, 512: 64}
 
 
 def test_kmajor_weight_grad_is_wgmma_on_operands_rounded_by_their_producer(ptx):
@@ -86,18 +93,26 @@ def test_even_n_outputs_are_stored_in_64_bit_pairs(ptx):
         for e in ("none", "bias_relu", "sigmoid", "residual"):
             stores = re.findall(r"st\.global\.(v2\.)?[bf]32", ptx[f"matmul_{e}_{p}"])
             assert stores == ["v2."] * 32, (e, p, stores[:4], len(stores))
-        # the residual's R is read as the output is written: a pair per pair
-        loads = re.findall(r"ld\.global\.(v2\.)?[bf]32", ptx[f"matmul_residual_{p}"])
+        # the residual's R is read as the output is written, a pair per pair, and all of a
+        # tile's R before its first output store (each load in flight at once)
+        text = ptx[f"matmul_residual_{p}"]
+        loads = re.findall(r"ld\.global\.(v2\.)?[bf]32", text)
         assert loads == ["v2."] * 32, (p, loads[:4], len(loads))
+        last_load = max(m.start() for m in re.finditer(r"ld\.global\.v2\.[bf]32", text))
+        assert last_load < text.index("st.global.v2"), p
     for e in ("none", "residual"):  # odd N: elements
         odd = gemm._compile_matmul(e, "tf32", 8, 4, False, keep=True).__ptx__
         assert "st.global.v2" not in odd and re.search(r"st\.global\.[bf]32", odd)
         assert "ld.global.v2" not in odd
 
 
-def test_widest_tile_keeps_accumulators_in_registers():
-    report = _cute.ptxas_report(*gemm.matmul_compile_args("none", "fp32", 128, 4))
-    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+@pytest.mark.parametrize("precision", gemm.PRECISIONS)
+@pytest.mark.parametrize("epilogue,pairs", [("none", False), ("residual", True), ("residual", False)])
+def test_widest_tiles_keep_accumulators_in_registers(epilogue, pairs, precision):
+    # residual holds a second register tile: R of every accumulator entry (SkinnyMatmul.load_residual)
+    for bn in (64, 128):  # the most accumulators a thread: bm x bn = 128 x 64 and 64 x 128
+        report = _cute.ptxas_report(*gemm.matmul_compile_args(epilogue, precision, bn, 4, pairs))
+        assert report["spill_stores"] == 0 and report["spill_loads"] == 0, (bn, report)
 
 
 @pytest.fixture(scope="module")

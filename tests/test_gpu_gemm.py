@@ -15,7 +15,9 @@ cp = pytest.importorskip("cupy")
 gemm = pytest.importorskip("foxcute.kernels.gemm")
 
 # (M, N, K): batch 1, tails everywhere, K not a multiple of 4 (scalar loads), the widest sizes.
-SHAPES = [(1, 1, 1), (7, 5, 3), (8191, 33, 100), (65537, 16, 256), (1000, 512, 512), (300, 130, 37)]
+# K spans every WeightGrad.tile_k width: 1, 3 (16), 29, 32 (32: the seed's h_hist^T [da|du]), 37 and up (64)
+SHAPES = [(1, 1, 1), (7, 5, 3), (8191, 33, 100), (65537, 16, 256), (1000, 512, 512), (300, 130, 37),
+          (4097, 70, 29), (65536, 256, 32)]
 
 
 def reference_matmul(a, b_t, epilogue, bias, v, c0, residual):
@@ -83,6 +85,21 @@ def test_two_weight_grads_in_one_launch(rng, precision):
     assert rel_err(dW2, dpred.astype(np.float64).T @ hid) <= TOLERANCE[precision]
     assert rel_err(dW1[:, :f], dz.astype(np.float64).T @ s) <= TOLERANCE[precision]
     assert bool(cp.isnan(dW1[:, f:]).all())  # the action columns are not touched
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+@pytest.mark.parametrize("m,n,k", [(65536, 256, 32), (8191, 33, 14), (7, 5, 2)])
+def test_weight_grad_into_column_halves(rng, m, n, k, precision):
+    # the seed Mamba2 backward's dW_A, dW_B = the halves of h_hist^T [da|du], written apart
+    dy = rng.standard_normal((m, n), dtype=np.float32)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    halves = cp.full((2, n, k // 2), np.nan, np.float32)
+    gemm.weight_grads_into([(cp.asarray(dy), cp.asarray(x), halves, k, None)], precision)
+    want = dy.astype(np.float64).T @ x
+    assert rel_err(halves[0], want[:, :k // 2]) <= TOLERANCE[precision]
+    assert rel_err(halves[1], want[:, k // 2:]) <= TOLERANCE[precision]
+    whole = gemm.weight_grad(cp.asarray(dy), cp.asarray(x), with_bias=False, precision=precision)
+    assert cp.array_equal(cp.concatenate((halves[0], halves[1]), axis=1), whole)  # the same sums
 
 
 def rna_tf32(x):

@@ -17,10 +17,10 @@ Why it is built this way.
   on the same accumulator layout, so epilogues are shared.
 - Operands stream global -> shared memory with cp.async (16-byte copies when the row length
   is a multiple of 4, else 4-byte ones, chosen statically) in K-chunks of 32 through a
-  3-stage buffer, so two chunks are in flight while one is multiplied (`mma_chunks`). Rows
-  are padded so the MMA fragment reads are free of bank conflicts. TF32 rounding (cvt.rna)
-  happens on the fragment load, so shared memory keeps the exact float32 values that the
-  bias-gradient column sums read.
+  3-stage buffer (matmul: 4), so two (three) chunks are in flight while one is multiplied
+  (`mma_chunks`). Rows are padded so the MMA fragment reads are free of bank conflicts.
+  TF32 rounding (cvt.rna) happens on the fragment load, so shared memory keeps the exact
+  float32 values that the bias-gradient column sums read.
 - matmul: one CTA owns a block of rows and walks all N-tiles itself, so a row-wise
   epilogue (the dot with a second layer's single output) sees every column of its rows
   without a second pass; for N <= the tile width A is read exactly once.
@@ -52,6 +52,10 @@ MAX_ROWS = 2**31 // MAX_DIM  # M: layouts index with 32-bit integers
 THREADS = 128  # 4 warps
 CHUNK = 32  # reduction elements staged in shared memory per step
 STAGES = 3  # shared-memory buffers per streamed operand: two chunks in flight during the MMAs
+# SkinnyMatmul's: three chunks in flight. Measured (H200, GPU check script, not committed) on
+# the seed's projection [65536 x 256] @ [256 x 32]: 27.5 us at 3 stages, 24.6 at 4, 27.4 at 6
+# (fewer CTAs an SM); the read-back (K = 32, one chunk) 33.1 / 33.8 / 43.2.
+MATMUL_STAGES = 4
 PAD = 4  # floats of row padding: row stride = 4 (mod 32) banks -> conflict-free A/B fragment reads
 
 
@@ -234,15 +238,15 @@ def issue_chunk(mX: cute.Tensor, stage3: cute.Tensor, num_rows: Int32, row0: Int
                    stage3[None, None, None, buf], rows, vecs, vec, tid, threads)
 
 
-def staging_by_rows(smem, rows: int, vec: int) -> tuple:
-    """STAGES-deep staging for an operand read as [rows, CHUNK] row blocks (A, or B_t):
-    (the [rows, CHUNK/vec, vec, STAGES] staging view, the [rows, CHUNK, STAGES] MMA view).
+def staging_by_rows(smem, rows: int, vec: int, stages: int = STAGES) -> tuple:
+    """`stages`-deep staging for an operand read as [rows, CHUNK] row blocks (A, or B_t):
+    (the [rows, CHUNK/vec, vec, stages] staging view, the [rows, CHUNK, stages] MMA view).
     Row stride CHUNK + 4 = 4 (mod 32) banks: conflict-free fragment reads."""
     stride = CHUNK + PAD
     stage3 = smem.allocate_tensor(Float32, cute.make_layout(
-        (rows, CHUNK // vec, vec, STAGES), stride=(stride, vec, 1, rows * stride)), 16)
+        (rows, CHUNK // vec, vec, stages), stride=(stride, vec, 1, rows * stride)), 16)
     view = cute.make_tensor(stage3.iterator, cute.make_layout(
-        (rows, CHUNK, STAGES), stride=(stride, 1, rows * stride)))
+        (rows, CHUNK, stages), stride=(stride, 1, rows * stride)))
     return stage3, view
 
 
@@ -278,13 +282,19 @@ def columns_view(raw: cute.Tensor, cols: int, vec: int, stage_stride: int) -> tu
     return stage3, view
 
 
+def stages_of(operand: Operand) -> int:
+    """The depth of an operand's staging buffer (the last mode of its MMA view)."""
+    return cute.size(operand.tensors[2], mode=[2])
+
+
 @cute.jit
 def start_chunks(tid: Int32, num_chunks: Int32, a: Operand, b: Operand):
-    """mma_chunks' prologue: issue its first STAGES - 1 chunks of a (None: A is resident) and
-    b, one commit group per chunk (empty past the end), so "all but the newest STAGES - 2
-    groups are complete" always means "chunk kc has landed". The staging buffers must be
-    free (no thread still reading them: after mma_chunks' closing barrier)."""
-    for kc in cutlass.range_constexpr(STAGES - 1):
+    """mma_chunks' prologue: issue its first S - 1 chunks of a (None: A is resident) and b,
+    S the staging depth (stages_of(b); a's is the same), one commit group per chunk (empty
+    past the end), so "all but the newest S - 2 groups are complete" always means "chunk kc
+    has landed". The staging buffers must be free (no thread still reading them: after
+    mma_chunks' closing barrier)."""
+    for kc in cutlass.range_constexpr(stages_of(b) - 1):
         if kc < num_chunks:
             if cutlass.const_expr(a is not None):
                 issue_chunk(*a.tensors[:2], *a.ints, *a.static, kc, kc, tid)
@@ -297,8 +307,9 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
                num_chunks: Int32, a: Operand, b: Operand, a_resident: cute.Tensor = None,
                a_relu: cutlass.Constexpr = False, after_chunk=None, multiply=None,
                started: cutlass.Constexpr = False):
-    """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over STAGES shared
-    buffers: chunks kc+1 and kc+2 are in flight (cp.async) while chunk kc is multiplied. A is
+    """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over S shared
+    buffers (stages_of(b); 3: chunks kc+1 and kc+2 are in flight by cp.async while chunk kc
+    is multiplied). A is
     streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
     streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
     column sum of the staged operand). multiply(sA_chunk, sB_chunk, acc), if given, does a
@@ -322,22 +333,23 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
     if cutlass.const_expr(not streamed_a):
         a_rows_resident = cute.size(a_resident, mode=[0])
 
+    stages = stages_of(b)
     if cutlass.const_expr(not started):
         start_chunks(tid, num_chunks, a, b)
     for kc in cutlass.range(num_chunks, unroll=1):
-        cute.arch.cp_async_wait_group(STAGES - 2)
+        cute.arch.cp_async_wait_group(stages - 2)
         # Chunk kc is visible to all, and everyone has finished chunk kc - 1: its buffer
-        # ((kc + STAGES - 1) % STAGES) can be refilled.
+        # ((kc + stages - 1) % stages) can be refilled.
         cute.arch.sync_threads()
-        ahead = kc + STAGES - 1
+        ahead = kc + stages - 1
         if ahead < num_chunks:
             if cutlass.const_expr(streamed_a):
                 issue_chunk(a_mX, a_stage3, a_num_rows, a_row0, a_vec0, a_num_vecs, a_rows, a_vecs,
-                            a_vec, a_along_rows, a_threads, ahead, ahead % STAGES, tid)
+                            a_vec, a_along_rows, a_threads, ahead, ahead % stages, tid)
             issue_chunk(b_mX, b_stage3, b_num_rows, b_row0, b_vec0, b_num_vecs, b_rows, b_vecs, b_vec,
-                        b_along_rows, b_threads, ahead, ahead % STAGES, tid)
+                        b_along_rows, b_threads, ahead, ahead % stages, tid)
         cute.arch.cp_async_commit_group()
-        buf = kc % STAGES
+        buf = kc % stages
         if cutlass.const_expr(multiply is not None):
             if cutlass.const_expr(streamed_a):
                 multiply(a_view[None, None, buf], b_view[None, None, buf], acc)
@@ -388,7 +400,8 @@ class SkinnyMatmul:
         self.epilogue = epilogue
         self.mode = MODE[precision]
         self.bn = bn
-        self.bm = 128 if bn <= 64 else 64  # 64 accumulators per thread
+        # at most 64 accumulators a thread; residual's tile at most 32 (it holds R's too)
+        self.bm = 128 if bn <= 64 and epilogue != "residual" else 64
         self.vec = vec_k
         assert not (pairs and epilogue == "row_dot"), "row_dot's output is [M]: no pairs to store"
         self.pairs = pairs
@@ -422,8 +435,8 @@ class SkinnyMatmul:
         cta, _, _ = cute.arch.block_idx()
         vecs = CHUNK // self.vec
         smem = cutlass.memory.SmemAllocator()
-        sA3, sA = staging_by_rows(smem, self.bm, self.vec)
-        sB3, sB = staging_by_rows(smem, self.bn, self.vec)
+        sA3, sA = staging_by_rows(smem, self.bm, self.vec, MATMUL_STAGES)
+        sB3, sB = staging_by_rows(smem, self.bn, self.vec, MATMUL_STAGES)
 
         tiled_mma = _mma_atom()
         thr = tiled_mma.get_slice(tid)
@@ -435,8 +448,17 @@ class SkinnyMatmul:
         row_sum = cute.make_rmem_tensor((2, num_mi), Float32)
         row_sum.fill(0.0)
 
+        # residual: R of the thread's tile entries, all loaded before the first store. Loaded
+        # next to each store instead, every load waited for a DRAM round trip (the compiler
+        # may not move a load of R above a store to out), and the seed Mamba2 backward's dh
+        # (M = 8192, N = 256, K = 16) took 31.5 us where 16 MB move (H200 profile).
+        rR = None
+        if cutlass.const_expr(self.epilogue == "residual"):
+            rR = cute.make_rmem_tensor(acc.layout, Float32)
         for nt in cutlass.range((n + self.bn - 1) // self.bn, unroll=1):
             col0 = nt * self.bn
+            if cutlass.const_expr(self.epilogue == "residual"):
+                self.load_residual(mAux, rR, cC, row0, col0, m, n)
             acc.fill(0.0)
             mma_chunks(tiled_mma, tid, acc, self.mode, (k_vecs + vecs - 1) // vecs,
                        Operand(mA, m, row0, 0, k_vecs, self.bm, vecs, self.vec, False, sA3, sA),
@@ -451,9 +473,8 @@ class SkinnyMatmul:
                             if col < n and row < m:
                                 lo = self.output(acc[(0, v1), mi, ni], mBias, col)
                                 hi = self.output(acc[(1, v1), mi, ni], mBias, col + 1)
-                                if cutlass.const_expr(self.epilogue == "residual"):  # R's pair: one 64-bit load
-                                    r_lo, r_hi = load_pair(mAux[row, None], col)
-                                    lo, hi = lo + r_lo, hi + r_hi
+                                if cutlass.const_expr(self.epilogue == "residual"):
+                                    lo, hi = lo + rR[(0, v1), mi, ni], hi + rR[(1, v1), mi, ni]
                                 store_pair(mOut[row, None], col, lo, hi)
                         else:
                             for v0 in cutlass.range_constexpr(2):
@@ -467,7 +488,7 @@ class SkinnyMatmul:
                                     elif row < m:
                                         value = self.output(c, mBias, col)
                                         if cutlass.const_expr(self.epilogue == "residual"):
-                                            value = value + mAux[row, col]
+                                            value = value + rR[(v0, v1), mi, ni]
                                         mOut[row, col] = value
         if cutlass.const_expr(self.epilogue == "row_dot"):
             # The 4 lanes t = lane % 4 of a row hold interleaved column pairs: add them in a
@@ -480,6 +501,25 @@ class SkinnyMatmul:
                     row = row0 + cC[(0, v1), mi, 0][0]
                     if tid % 4 == 0 and row < m:
                         mOut[row, 0] = s + c0
+
+    @cute.jit
+    def load_residual(self, mR: cute.Tensor, rR: cute.Tensor, cC: cute.Tensor, row0: Int32, col0: Int32,
+                      m: Int32, n: Int32):
+        """rR <- R at the thread's accumulator entries of the tile at (row0, col0) (64-bit
+        pairs where the output is stored as pairs); entries out of range are left unset."""
+        for mi in cutlass.range_constexpr(cute.size(rR, mode=[1])):
+            for v1 in cutlass.range_constexpr(2):
+                row = row0 + cC[(0, v1), mi, 0][0]
+                for ni in cutlass.range_constexpr(cute.size(rR, mode=[2])):
+                    if cutlass.const_expr(self.pairs):
+                        col = col0 + cC[(0, v1), mi, ni][1]
+                        if col < n and row < m:
+                            rR[(0, v1), mi, ni], rR[(1, v1), mi, ni] = load_pair(mR[row, None], col)
+                    else:
+                        for v0 in cutlass.range_constexpr(2):
+                            col = col0 + cC[(v0, v1), mi, ni][1]
+                            if col < n and row < m:
+                                rR[(v0, v1), mi, ni] = mR[row, col]
 
     @cute.jit
     def output(self, c: Float32, mBias: cute.Tensor, col: Int32) -> Float32:
@@ -531,13 +571,22 @@ class WeightGrad:
     (ncu source counters), e.g. on the cp.async groups (two chunks of 16 KB a CTA in flight)."""
 
     bn = 64
-    bk = 64
+    BK = (16, 32, 64)  # tile widths along K, the narrowest that covers the widest problem's K
 
-    def __init__(self, precision: str, problems: tuple):
-        """problems: one or two (vec_n, vec_k, with_bias): the float4-ness of dY's and X's rows
-        and whether db is wanted."""
+    def __init__(self, precision: str, problems: tuple, bk: int):
+        """problems: one or two (vec_n, vec_k, with_bias, halves): the float4-ness of dY's and
+        X's rows, whether db is wanted, and whether dW's column halves go to two [N, K/2]
+        arrays (weight_grads_into). bk: the tile's width along K (one of BK, see tile_k)."""
         self.mode = MODE[precision]
         self.problems = problems
+        self.bk = bk
+
+    @classmethod
+    def tile_k(cls, k: int) -> int:
+        """The tile width along K for problems at most k wide: a tile wider than K stages
+        zeros and multiplies them. Measured (H200, the seed's h_hist^T [da|du], K = 32: GPU
+        check script, not committed): 64 -> 32 wide took the launch 50.3 -> 38.5 us."""
+        return next((bk for bk in cls.BK if k <= bk), cls.BK[-1])
 
     @cute.jit
     def __call__(self, dy0: cute.Pointer, x0: cute.Pointer, dw0: cute.Pointer, db0: cute.Pointer,
@@ -561,7 +610,7 @@ class WeightGrad:
     def problem_tensors(self, p: cutlass.Constexpr, dy_ptr, x_ptr, dw_ptr, db_ptr, n_vecs, k_vecs,
                         ldo, work_ptr, ticket_ptr, m, num_ctas):
         """The global tensors of problem p, and where the next problem's work and tickets start."""
-        vec_n, vec_k, _ = self.problems[p]
+        vec_n, vec_k, _, halves = self.problems[p]
         n = cute.assume(n_vecs * vec_n, divby=vec_n)
         k = cute.assume(k_vecs * vec_k, divby=vec_k)
         n_tiles = (n + self.bn - 1) // self.bn
@@ -570,7 +619,11 @@ class WeightGrad:
         tile_size = self.bn * self.bk
         mDy = cute.make_tensor(dy_ptr, cute.make_layout((m, n_vecs, vec_n), stride=(n, vec_n, 1)))
         mX = cute.make_tensor(x_ptr, cute.make_layout((m, k_vecs, vec_k), stride=(k, vec_k, 1)))
-        mDw = cute.make_tensor(dw_ptr, cute.make_layout((n, k), stride=(ldo, 1)))
+        if cutlass.const_expr(halves):  # [2, n, k/2]: column c of dW -> [c // (k/2), :, c % (k/2)]
+            half = k // 2
+            mDw = cute.make_tensor(dw_ptr, cute.make_layout((n, (half, 2)), stride=(half, (1, n * half))))
+        else:
+            mDw = cute.make_tensor(dw_ptr, cute.make_layout((n, k), stride=(ldo, 1)))
         mDb = cute.make_tensor(db_ptr, cute.make_layout(n))
         # work: [num_ctas][tiles][bn * bk] partial tiles, then [num_ctas][n_tiles][bn] bias partials.
         mWork4 = cute.make_tensor(work_ptr, cute.make_layout(
@@ -610,7 +663,7 @@ class WeightGrad:
              mDb: cute.Tensor, mWork4: cute.Tensor, mWorkB: cute.Tensor, mTicket: cute.Tensor,
              k_tiles: Int32, tile: Int32, cta: Int32, tid: Int32, m: Int32, rows_per_cta: Int32,
              num_ctas: Int32, dy_raw: cute.Tensor, x_raw: cute.Tensor, sTicket: cute.Tensor):
-        vec_n, vec_k, with_bias = self.problems[p]
+        vec_n, vec_k, with_bias, _ = self.problems[p]
         nt = tile // k_tiles
         kt = tile % k_tiles
         n_vecs = cute.size(mDy, mode=[1])
@@ -938,9 +991,9 @@ def matmul_compile_args(epilogue: str, precision: str, bn: int, vec_k: int, pair
             Int32(1), Int32(1), _cute.fake_stream())
 
 
-def weight_grad_compile_args(precision: str, problems: tuple) -> tuple:
+def weight_grad_compile_args(precision: str, problems: tuple, bk: int) -> tuple:
     p, i = _cute.fake_ptr(), Int32(1)
-    return (WeightGrad(precision, problems), p, p, p, p, i, i, i, p, p, p, p, i, i, i, p,
+    return (WeightGrad(precision, problems, bk), p, p, p, p, i, i, i, p, p, p, p, i, i, i, p,
             _cute.fake_ptr(Int32), i, i, i, _cute.fake_stream())
 
 
@@ -961,9 +1014,9 @@ def _compile_matmul(epilogue: str, precision: str, bn: int, vec_k: int, pairs: b
         *matmul_compile_args(epilogue, precision, bn, vec_k, pairs), keep=keep))
 
 
-def _compile_weight_grad(precision: str, problems: tuple, keep: bool = False) -> Any:
-    return _compiled.get(("weight_grad", precision, problems, keep), lambda: _cute.compile_kernel(
-        *weight_grad_compile_args(precision, problems), keep=keep))
+def _compile_weight_grad(precision: str, problems: tuple, bk: int, keep: bool = False) -> Any:
+    return _compiled.get(("weight_grad", precision, problems, bk, keep), lambda: _cute.compile_kernel(
+        *weight_grad_compile_args(precision, problems, bk), keep=keep))
 
 
 def _check(where: str, precision: str, **dims: int) -> None:
@@ -1025,8 +1078,8 @@ def weight_grad_grid(m: int, tiles: int, sms: int) -> tuple[int, int]:
     return -(-m // rows_per_cta), rows_per_cta
 
 
-def _tiles(n: int, k: int) -> tuple[int, int]:
-    return -(-n // WeightGrad.bn), -(-k // WeightGrad.bk)
+def _tiles(n: int, k: int, bk: int) -> tuple[int, int]:
+    return -(-n // WeightGrad.bn), -(-k // bk)
 
 
 def weight_grad(dY: Any, X: Any, *, with_bias: bool = True, precision: str = "tf32") -> Any:
@@ -1048,20 +1101,24 @@ def weight_grad(dY: Any, X: Any, *, with_bias: bool = True, precision: str = "tf
 def weight_grads_into(problems: list, precision: str) -> None:
     """One launch for one or two weight gradients of validated arrays over the same batch:
     problems = [(dY [M, N], X [M, K], dW, ldo, db)], writing dW [N, K] into `dW` (rows `ldo`
-    floats apart, e.g. the first K columns of a wider gradient) and the column sums of dY
-    into `db` (None: not wanted)."""
+    floats apart, e.g. the first K columns of a wider gradient; or, for a [2, N, K/2] `dW`,
+    columns :K/2 into dW[0] and K/2: into dW[1], ldo unused: the seed Mamba2 backward's dW_A
+    and dW_B out of h_hist^T [da|du] with no copy) and the column sums of dY into `db` (None:
+    not wanted)."""
     m = problems[0][0].shape[0]
     shapes = [(dY.shape[1], X.shape[1]) for dY, X, *_ in problems]
-    tiles = [_tiles(n, k) for n, k in shapes]
+    bk = WeightGrad.tile_k(max(k for _, k in shapes))
+    tiles = [_tiles(n, k, bk) for n, k in shapes]
     num_ctas, rows_per_cta = weight_grad_grid(m, sum(a * b for a, b in tiles), _arrays.sm_count(problems[0][0]))
-    work = _arrays.empty(problems[0][0], (sum(num_ctas * nt * (kt * WeightGrad.bk + 1) * WeightGrad.bn
+    work = _arrays.empty(problems[0][0], (sum(num_ctas * nt * (kt * bk + 1) * WeightGrad.bn
                                               for nt, kt in tiles),))
     tickets = _cute.tickets(problems[0][0], sum(a * b for a, b in tiles))
-    config = tuple((_vec(n), _vec(k), db is not None) for (n, k), (_, _, _, _, db) in zip(shapes, problems))
-    fn = _compile_weight_grad(precision, config)
+    config = tuple((_vec(n), _vec(k), db is not None, dW.ndim == 3)
+                   for (n, k), (_, _, dW, _, db) in zip(shapes, problems))
+    fn = _compile_weight_grad(precision, config, bk)
     ptr = _cute.gmem_ptr
     args = []
-    for (dY, X, dW, ldo, db), (n, k), (vec_n, vec_k, _) in zip(problems, shapes, config):
+    for (dY, X, dW, ldo, db), (n, k), (vec_n, vec_k, *_) in zip(problems, shapes, config):
         args += [ptr(dY), ptr(X), ptr(dW), ptr(db if db is not None else dW), Int32(n // vec_n),
                  Int32(k // vec_k), Int32(ldo)]
     if len(problems) == 1:
@@ -1118,11 +1175,16 @@ def compiled_for_ci() -> dict[str, Any]:
         for epilogue in EPILOGUES:
             out[f"matmul_{epilogue}_{precision}"] = _compile_matmul(epilogue, precision, _tile_n(128), 4,
                                                                     stores_pairs(epilogue, 128), keep=True)
-        out[f"weight_grad_{precision}"] = _compile_weight_grad(precision, ((4, 4, True),), keep=True)
-        out[f"weight_grad_pair_{precision}"] = _compile_weight_grad(precision, ((4, 4, False), (4, 4, False)),
-                                                                     keep=True)
-        # the seed Mamba2 backward's dW_C = h^T dc with dw = dout^T ctx (X one column: scalar loads)
+        for bk in WeightGrad.BK:
+            out[f"weight_grad_k{bk}_{precision}"] = _compile_weight_grad(precision, ((4, 4, True, False),), bk,
+                                                                          keep=True)
+        out[f"weight_grad_pair_{precision}"] = _compile_weight_grad(
+            precision, ((4, 4, False, False), (4, 4, False, False)), WeightGrad.tile_k(128), keep=True)
+        # the seed Mamba2 backward's [dW_A|dW_B] = h_hist^T [da|du] into two arrays, and its
+        # dW_C = h^T dc with dw = dout^T ctx (X one column: scalar loads)
+        out[f"weight_grad_halves_{precision}"] = _compile_weight_grad(precision, ((4, 4, False, True),),
+                                                                      WeightGrad.tile_k(32), keep=True)
         out[f"weight_grad_pair_scalar_{precision}"] = _compile_weight_grad(
-            precision, ((4, 4, False), (4, 1, False)), keep=True)
+            precision, ((4, 4, False, False), (4, 1, False, False)), WeightGrad.tile_k(16), keep=True)
     out["kmajor_weight_grad_pair"] = _compile_kmajor_weight_grad(KMAJOR_TILE_N, ("kmajor", "rows"), keep=True)
     return out

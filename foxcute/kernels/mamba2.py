@@ -1634,7 +1634,8 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
     _compiled("seed_scan_backward", K, SH2, D, precision)(
         gmem_ptr(dout), gmem_ptr(w), gmem_ptr(au), gmem_ptr(c), gmem_ptr(dau), gmem_ptr(dc),
         gmem_ptr(ctx), gmem_ptr(dsigma_partials), Float32(sigma), Int32(B), _cute.current_stream(h))
-    dW_AB = gemm.weight_grad(hist, dau, with_bias=False, precision=precision)  # h_hist^T [da|du]
+    dW_ab = empty(h, (2, SH2, D))  # h_hist^T [da|du]: dW_A = dW_ab[0], dW_B = dW_ab[1]
+    gemm.weight_grads_into([(hist, dau, dW_ab, 2 * D, None)], precision)
     # dW_C = h^T dc and dw = dout^T ctx reduce the same batch: one launch for both
     dW_C = empty(h, (SH2, D))
     dw = empty(h, (SH2,))
@@ -1643,4 +1644,4 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
     dsigma = column_sum(dsigma_partials)
     dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
     dh = gemm.matmul(dc, W_C, epilogue="residual", residual=dout, precision=precision)  # dout + dc W_C^T
-    return (contiguous(dW_AB[:, :D]), contiguous(dW_AB[:, D:]), dW_C, dw, dsigma, dh_hist, dh)
+    return (dW_ab[0], dW_ab[1], dW_C, dw, dsigma, dh_hist, dh)
