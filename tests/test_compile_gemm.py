@@ -19,7 +19,7 @@ def ptx():
 
 
 def test_every_variant_compiled_for_hopper(ptx):
-    want = {f"matmul_{e}_{p}" for e in gemm.EPILOGUES for p in gemm.PRECISIONS}
+    want = {f"matmul_{e}_{p}" for e in list(gemm.EPILOGUES) + ["kn"] for p in gemm.PRECISIONS}
     want |= {f"weight_grad_k{bk}_{p}" for bk in gemm.WeightGrad.BK for p in gemm.PRECISIONS}
     want |= {f"weight_grad{kind}_{p}" for kind in ("_pair", "_halves", "_pair_scalar") for p in gemm.PRECISIONS}
     want |= {"kmajor_weight_grad_pair"}
@@ -55,6 +55,13 @@ def test_weight_grad_only_atomic_is_the_integer_ticket(ptx):
         for pair in ("pair", "pair_scalar"):
             atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", ptx[f"weight_grad_{pair}_{p}"])
             assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
+
+
+def test_weight_grad_halves_store_without_integer_division(ptx):
+    # dW's two column halves are addressed by a compare, not by dividing by the runtime K / 2
+    for p in gemm.PRECISIONS:
+        divisions = [len(re.findall(r"\b(?:div|rem)\.[su]32", ptx[f"weight_grad_{v}_{p}"])) for v in ("halves", "k32")]
+        assert divisions[0] == divisions[1], divisions
 
 
 def test_weight_grad_tile_is_the_narrowest_that_covers_k():

@@ -44,10 +44,12 @@ def random_inputs(rng, m, n, k):
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
 @pytest.mark.parametrize("epilogue", gemm.EPILOGUES)
 @pytest.mark.parametrize("m,n,k", SHAPES)
-def test_matmul_matches_float64(rng, m, n, k, epilogue, precision):
+@pytest.mark.parametrize("b_form", ["B_t", "B"])
+def test_matmul_matches_float64(rng, m, n, k, epilogue, precision, b_form):
     a, b_t, bias, v = random_inputs(rng, m, n, k)
     residual = rng.standard_normal((m, n), dtype=np.float32)
-    out = gemm.matmul(cp.asarray(a), cp.asarray(b_t), epilogue=epilogue, bias=cp.asarray(bias),
+    weight = {"B_t": cp.asarray(b_t)} if b_form == "B_t" else {"B": cp.asarray(np.ascontiguousarray(b_t.T))}
+    out = gemm.matmul(cp.asarray(a), **weight, epilogue=epilogue, bias=cp.asarray(bias),
                       v=cp.asarray(v), c0=0.25, residual=cp.asarray(residual), precision=precision)
     ref = reference_matmul(a, b_t, epilogue, bias, v, 0.25, residual)
     assert out.shape == ref.shape and out.dtype == np.float32
@@ -218,6 +220,12 @@ def test_rejects_bad_arguments_before_launch():
         gemm.weight_grad(a, cp.ones((10, 600), np.float32))
     with pytest.raises(FoxcuteInputError, match="'B_t'.*K=9"):
         gemm.matmul(a, cp.ones((4, 9), np.float32))
+    with pytest.raises(FoxcuteInputError, match="'B'.*K=9"):  # B [K, N]: its rows are K
+        gemm.matmul(a, B=cp.ones((9, 4), np.float32))
+    with pytest.raises(FoxcuteInputError, match="'B_t' is required"):
+        gemm.matmul(a)
+    with pytest.raises(FoxcuteInputError, match="'B' was given with B_t"):
+        gemm.matmul(a, cp.ones((4, 8), np.float32), B=cp.ones((8, 4), np.float32))
     with pytest.raises(FoxcuteInputError, match="'bias'"):
         gemm.matmul(a, cp.ones((4, 8), np.float32), epilogue="bias_relu")
     with pytest.raises(FoxcuteInputError, match="'residual' is required"):

@@ -250,16 +250,16 @@ def staging_by_rows(smem, rows: int, vec: int, stages: int = STAGES) -> tuple:
     return stage3, view
 
 
-def staging_by_columns(smem, cols: int, vec: int) -> tuple:
-    """STAGES-deep staging for an operand whose chunks are CHUNK rows of a [K, cols]
+def staging_by_columns(smem, cols: int, vec: int, stages: int = STAGES) -> tuple:
+    """`stages`-deep staging for an operand whose chunks are CHUNK rows of a [K, cols]
     row-major matrix read transposed (B = W for x @ W, or dY^T / X^T in a weight gradient):
-    (the [CHUNK, cols/vec, vec, STAGES] staging view, the [cols, CHUNK, STAGES] MMA view).
-    Row stride cols + 8 = 8 (mod 32) banks: conflict-free transposed fragment reads."""
+    (the [CHUNK, cols/vec, vec, stages] staging view, the [cols, CHUNK, stages] MMA view).
+    Row stride cols + 8 = 8 or 24 (mod 32) banks: conflict-free transposed fragment reads."""
     stride = cols + 8
     stage3 = smem.allocate_tensor(Float32, cute.make_layout(
-        (CHUNK, cols // vec, vec, STAGES), stride=(stride, vec, 1, CHUNK * stride)), 16)
+        (CHUNK, cols // vec, vec, stages), stride=(stride, vec, 1, CHUNK * stride)), 16)
     view = cute.make_tensor(stage3.iterator, cute.make_layout(
-        (cols, CHUNK, STAGES), stride=(1, stride, CHUNK * stride)))
+        (cols, CHUNK, stages), stride=(1, stride, CHUNK * stride)))
     return stage3, view
 
 
@@ -396,12 +396,15 @@ class SkinnyMatmul:
     dh_hist GEMM (M = 65536, N = 256, K = 32; GPU check script, outputs bit-identical), and
     the seed's backward went 228 -> 195 us (runs 20261129T223000Z -> 20261129T235914Z)."""
 
-    def __init__(self, epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool = False):
+    def __init__(self, epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool = False,
+                 bm: int | None = None, b_vec: int = 0):
+        """b_vec: 0, B given as B_t [N, K]; else B [K, N] (the x @ W form, no transposed copy
+        needed), its rows read in b_vec-float vectors. bm: rows a CTA (default tile_m's)."""
         self.epilogue = epilogue
         self.mode = MODE[precision]
         self.bn = bn
-        # at most 64 accumulators a thread; residual's tile at most 32 (it holds R's too)
-        self.bm = 128 if bn <= 64 and epilogue != "residual" else 64
+        self.bm = bm or tile_m(bn, epilogue)
+        self.b_vec = b_vec
         self.vec = vec_k
         assert not (pairs and epilogue == "row_dot"), "row_dot's output is [M]: no pairs to store"
         self.pairs = pairs
@@ -413,7 +416,12 @@ class SkinnyMatmul:
         """aux: row_dot's v [N], or residual's R [M, N]; any valid address for the others."""
         k = cute.assume(k_vecs * self.vec, divby=self.vec)
         mA = cute.make_tensor(a_ptr, cute.make_layout((m, k_vecs, self.vec), stride=(k, self.vec, 1)))
-        mB = cute.make_tensor(b_ptr, cute.make_layout((n, k_vecs, self.vec), stride=(k, self.vec, 1)))
+        if cutlass.const_expr(self.b_vec):
+            n_b = cute.assume(n, divby=self.b_vec)
+            mB = cute.make_tensor(b_ptr, cute.make_layout((k, n_b // self.b_vec, self.b_vec),
+                                                          stride=(n_b, self.b_vec, 1)))
+        else:
+            mB = cute.make_tensor(b_ptr, cute.make_layout((n, k_vecs, self.vec), stride=(k, self.vec, 1)))
         if cutlass.const_expr(self.epilogue == "row_dot"):
             mOut = cute.make_tensor(out_ptr, cute.make_layout((m, 1), stride=(1, 1)))
         elif cutlass.const_expr(self.pairs):  # rows start 8-byte aligned: 64-bit pair stores
@@ -436,7 +444,10 @@ class SkinnyMatmul:
         vecs = CHUNK // self.vec
         smem = cutlass.memory.SmemAllocator()
         sA3, sA = staging_by_rows(smem, self.bm, self.vec, MATMUL_STAGES)
-        sB3, sB = staging_by_rows(smem, self.bn, self.vec, MATMUL_STAGES)
+        if cutlass.const_expr(self.b_vec):
+            sB3, sB = staging_by_columns(smem, self.bn, self.b_vec, MATMUL_STAGES)
+        else:
+            sB3, sB = staging_by_rows(smem, self.bn, self.vec, MATMUL_STAGES)
 
         tiled_mma = _mma_atom()
         thr = tiled_mma.get_slice(tid)
@@ -460,9 +471,13 @@ class SkinnyMatmul:
             if cutlass.const_expr(self.epilogue == "residual"):
                 self.load_residual(mAux, rR, cC, row0, col0, m, n)
             acc.fill(0.0)
+            if cutlass.const_expr(self.b_vec):  # chunk kc: rows kc * CHUNK... of B, the tile's columns
+                b = Operand(mB, k_vecs * self.vec, 0, col0 // self.b_vec, cute.size(mB, mode=[1]), CHUNK,
+                            self.bn // self.b_vec, self.b_vec, True, sB3, sB)
+            else:
+                b = Operand(mB, n, col0, 0, k_vecs, self.bn, vecs, self.vec, False, sB3, sB)
             mma_chunks(tiled_mma, tid, acc, self.mode, (k_vecs + vecs - 1) // vecs,
-                       Operand(mA, m, row0, 0, k_vecs, self.bm, vecs, self.vec, False, sA3, sA),
-                       Operand(mB, n, col0, 0, k_vecs, self.bn, vecs, self.vec, False, sB3, sB))
+                       Operand(mA, m, row0, 0, k_vecs, self.bm, vecs, self.vec, False, sA3, sA), b)
             # Epilogue on the registers.
             for mi in cutlass.range_constexpr(num_mi):
                 for v1 in cutlass.range_constexpr(2):
@@ -663,7 +678,7 @@ class WeightGrad:
              mDb: cute.Tensor, mWork4: cute.Tensor, mWorkB: cute.Tensor, mTicket: cute.Tensor,
              k_tiles: Int32, tile: Int32, cta: Int32, tid: Int32, m: Int32, rows_per_cta: Int32,
              num_ctas: Int32, dy_raw: cute.Tensor, x_raw: cute.Tensor, sTicket: cute.Tensor):
-        vec_n, vec_k, with_bias, _ = self.problems[p]
+        vec_n, vec_k, with_bias, halves = self.problems[p]
         nt = tile // k_tiles
         kt = tile % k_tiles
         n_vecs = cute.size(mDy, mode=[1])
@@ -712,13 +727,24 @@ class WeightGrad:
             for c in cutlass.range(num_ctas, unroll=2):
                 for j in cutlass.range_constexpr(vecs_per_thread):
                     tile_sum[j, None].store(tile_sum[j, None].load() + mWork4[tid + j * THREADS, None, tile, c].load())
+            # halves: dW's entry (row, col) flat in [2, n, k/2], by a compare, not by the
+            # division that indexing mDw's (k/2, 2) mode with a runtime k/2 costs (17 div/rem
+            # in the PTX; ~3 us more in the H200 A/B check)
+            half = k // 2
+            mFlat = cute.make_tensor(mDw.iterator, cute.make_layout(n * k))
             for j in cutlass.range_constexpr(vecs_per_thread):
                 e = (tid + j * THREADS) * 4
                 row = nt * self.bn + e // self.bk
                 for v in cutlass.range_constexpr(4):
                     col = kt * self.bk + e % self.bk + v
                     if row < n and col < k:
-                        mDw[row, col] = tile_sum[j, v]
+                        if cutlass.const_expr(halves):
+                            flat = row * half + col
+                            if col >= half:
+                                flat = flat + (n - 1) * half
+                            mFlat[flat] = tile_sum[j, v]
+                        else:
+                            mDw[row, col] = tile_sum[j, v]
             if cutlass.const_expr(with_bias):
                 if kt == 0 and tid < self.bn:
                     total = Float32(0.0)
@@ -984,10 +1010,20 @@ def stores_pairs(epilogue: str, n: int) -> bool:
     return n % 2 == 0 and epilogue != "row_dot"
 
 
-def matmul_compile_args(epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool = False) -> tuple:
+def tile_m(bn: int, epilogue: str, m: int | None = None, sms: int | None = None) -> int:
+    """SkinnyMatmul's rows a CTA: at most 64 accumulators a thread (residual's at most 32: it
+    holds R's too), and 64 rows where 128-row tiles of m rows would leave some of the sms SMs
+    without a CTA (the seed's c = h @ W_C at B = 8192: 64 CTAs of 128 rows)."""
+    if bn > 64 or epilogue == "residual" or (m is not None and -(-m // 128) < sms):
+        return 64
+    return 128
+
+
+def matmul_compile_args(epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool = False,
+                        bm: int | None = None, b_vec: int = 0) -> tuple:
     """(kernel object, arguments) to compile SkinnyMatmul with, on any machine."""
     p = _cute.fake_ptr()
-    return (SkinnyMatmul(epilogue, precision, bn, vec_k, pairs), p, p, p, p, p, Float32(0.0), Int32(1),
+    return (SkinnyMatmul(epilogue, precision, bn, vec_k, pairs, bm, b_vec), p, p, p, p, p, Float32(0.0), Int32(1),
             Int32(1), Int32(1), _cute.fake_stream())
 
 
@@ -1008,10 +1044,12 @@ def _compile_kmajor_weight_grad(bn: int, kinds: tuple, keep: bool = False) -> An
         *kmajor_weight_grad_compile_args(bn, kinds), keep=keep))
 
 
-def _compile_matmul(epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool,
-                    keep: bool = False) -> Any:
-    return _compiled.get(("matmul", epilogue, precision, bn, vec_k, pairs, keep), lambda: _cute.compile_kernel(
-        *matmul_compile_args(epilogue, precision, bn, vec_k, pairs), keep=keep))
+def _compile_matmul(epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool, bm: int | None = None,
+                    b_vec: int = 0, keep: bool = False) -> Any:
+    bm = bm or tile_m(bn, epilogue)
+    return _compiled.get(("matmul", epilogue, precision, bn, vec_k, pairs, bm, b_vec, keep),
+                         lambda: _cute.compile_kernel(*matmul_compile_args(epilogue, precision, bn, vec_k, pairs,
+                                                                           bm, b_vec), keep=keep))
 
 
 def _compile_weight_grad(precision: str, problems: tuple, bk: int, keep: bool = False) -> Any:
@@ -1030,17 +1068,27 @@ def _check(where: str, precision: str, **dims: int) -> None:
                                             f"1 <= M <= {MAX_ROWS} (32-bit indexing)")
 
 
-def matmul(A: Any, B_t: Any, *, epilogue: str = "none", bias: Any = None, v: Any = None,
-           c0: float = 0.0, residual: Any = None, precision: str = "tf32", out: Any = None) -> Any:
-    """epilogue(A @ B_t^T) for float32 cupy arrays / torch CUDA tensors A [M, K], B_t [N, K].
-    bias [N] is needed by "bias_relu", "sigmoid" and "row_dot"; v [N] and c0 by "row_dot",
-    whose output is [M]; residual [M, N] by "residual"; the others give [M, N]. Arguments an
-    epilogue does not use are not read. Launched on the current stream."""
+def matmul(A: Any, B_t: Any = None, *, B: Any = None, epilogue: str = "none", bias: Any = None,
+           v: Any = None, c0: float = 0.0, residual: Any = None, precision: str = "tf32",
+           out: Any = None) -> Any:
+    """epilogue(A @ B_t^T) for float32 cupy arrays / torch CUDA tensors A [M, K], B_t [N, K]
+    (a torch Linear weight), or epilogue(A @ B) for B [K, N] given in place of B_t (x @ W:
+    no transposed copy of W needed). bias [N] is needed by "bias_relu", "sigmoid" and
+    "row_dot"; v [N] and c0 by "row_dot", whose output is [M]; residual [M, N] by
+    "residual"; the others give [M, N]. Arguments an epilogue does not use are not read.
+    Launched on the current stream."""
     where = "foxcute.kernels.gemm.matmul"
     _arrays.check_choice(where, "epilogue", epilogue, EPILOGUES)
     chk = _arrays.Checker(where, gpu=True)
     chk.array("A", A, ("M", "K"))
-    chk.array("B_t", B_t, ("N", "K"))
+    if B_t is None and B is None:
+        raise chk.fail("B_t", "is required (or B [K, N] in its place)")
+    if B_t is not None and B is not None:
+        raise chk.fail("B", "was given with B_t: pass one of them")
+    if B is None:
+        chk.array("B_t", B_t, ("N", "K"))
+    else:
+        chk.array("B", B, ("K", "N"))
     if epilogue in ("bias_relu", "sigmoid", "row_dot"):
         if bias is None:
             raise chk.fail("bias", f"is required by epilogue {epilogue!r}")
@@ -1059,9 +1107,11 @@ def matmul(A: Any, B_t: Any, *, epilogue: str = "none", bias: Any = None, v: Any
     _check(where, precision, M=m, N=n, K=k)
     out = chk.output(out, ("M",) if epilogue == "row_dot" else ("M", "N"), A)
     vec = _vec(k)
-    fn = _compile_matmul(epilogue, precision, _tile_n(n), vec, stores_pairs(epilogue, n))
+    bn = _tile_n(n)
+    fn = _compile_matmul(epilogue, precision, bn, vec, stores_pairs(epilogue, n),
+                         tile_m(bn, epilogue, m, _arrays.sm_count(A)), 0 if B is None else _vec(n))
     unused = A  # pointers an epilogue does not read: any valid address
-    fn(_cute.gmem_ptr(A), _cute.gmem_ptr(B_t), _cute.gmem_ptr(out),
+    fn(_cute.gmem_ptr(A), _cute.gmem_ptr(B_t if B is None else B), _cute.gmem_ptr(out),
        _cute.gmem_ptr(bias if bias is not None else unused), _cute.gmem_ptr(aux if aux is not None else unused),
        Float32(c0), Int32(m), Int32(n), Int32(k // vec), _cute.current_stream(A))
     return out
@@ -1175,6 +1225,8 @@ def compiled_for_ci() -> dict[str, Any]:
         for epilogue in EPILOGUES:
             out[f"matmul_{epilogue}_{precision}"] = _compile_matmul(epilogue, precision, _tile_n(128), 4,
                                                                     stores_pairs(epilogue, 128), keep=True)
+        # B given [K, N] (x @ W): the seed Mamba2 projection's shape, N = 32
+        out[f"matmul_kn_{precision}"] = _compile_matmul("none", precision, _tile_n(32), 4, True, b_vec=4, keep=True)
         for bk in WeightGrad.BK:
             out[f"weight_grad_k{bk}_{precision}"] = _compile_weight_grad(precision, ((4, 4, True, False),), bk,
                                                                           keep=True)

@@ -1583,15 +1583,15 @@ def backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: An
     return _seed_backward(dout, h_hist, h, W_A, W_B, W_C, w, sigma, precision)
 
 
-def _xp_ops(x: Any) -> tuple:
-    """(concatenate columns, contiguous copy) for x's array library."""
-    if array_kind(x) == "torch":
+def _concat_columns(a: Any, b: Any) -> Any:
+    """[a | b] in a's array library."""
+    if array_kind(a) == "torch":
         import torch
 
-        return (lambda a, b: torch.cat((a, b), dim=1)), (lambda a: a.contiguous())
+        return torch.cat((a, b), dim=1)
     import cupy
 
-    return (lambda a, b: cupy.concatenate((a, b), axis=1)), cupy.ascontiguousarray
+    return cupy.concatenate((a, b), axis=1)
 
 
 def _seed_forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float,
@@ -1601,9 +1601,8 @@ def _seed_forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sig
 
     B, K, SH2 = (int(n) for n in h_hist.shape)
     D = int(W_A.shape[1])
-    concat, contiguous = _xp_ops(h)
-    au = gemm.matmul(h_hist.reshape(B * K, SH2), contiguous(concat(W_A, W_B).T), precision=precision)
-    c = gemm.matmul(h, contiguous(W_C.T), precision=precision)
+    au = gemm.matmul(h_hist.reshape(B * K, SH2), B=_concat_columns(W_A, W_B), precision=precision)
+    c = gemm.matmul(h, B=W_C, precision=precision)
     ctx = empty(h, (B,))
     stream = _cute.current_stream(h)
     _compiled("seed_scan_forward", K, SH2, D, precision)(
@@ -1621,11 +1620,10 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
 
     B, K, SH2 = (int(n) for n in h_hist.shape)
     D = int(W_A.shape[1])
-    concat, contiguous = _xp_ops(h)
-    W_AB = concat(W_A, W_B)  # [SH2, 2D]
+    W_AB = _concat_columns(W_A, W_B)  # [SH2, 2D]
     hist = h_hist.reshape(B * K, SH2)
-    au = gemm.matmul(hist, contiguous(W_AB.T), precision=precision)
-    c = gemm.matmul(h, contiguous(W_C.T), precision=precision)
+    au = gemm.matmul(hist, B=W_AB, precision=precision)
+    c = gemm.matmul(h, B=W_C, precision=precision)
     dau = empty(h, (B * K, 2 * D))
     dc = empty(h, (B, D))
     ctx = empty(h, (B,))
