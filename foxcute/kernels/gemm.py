@@ -308,9 +308,8 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
                a_relu: cutlass.Constexpr = False, after_chunk=None, multiply=None,
                started: cutlass.Constexpr = False):
     """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over S shared
-    buffers (stages_of(b); 3: chunks kc+1 and kc+2 are in flight by cp.async while chunk kc
-    is multiplied). A is
-    streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
+    buffers (S = stages_of(b); at 3, chunks kc+1 and kc+2 are in flight by cp.async while
+    chunk kc is multiplied). A is streamed (`a`) or resident in shared memory (`a_resident` [bm, K], a = None); B is always
     streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
     column sum of the staged operand). multiply(sA_chunk, sB_chunk, acc), if given, does a
     chunk's products in place of tile_mma (a caller's own fragment path; mode and a_relu are
@@ -381,7 +380,8 @@ def _vec(n: int) -> int:
 
 
 class SkinnyMatmul:
-    """out = epilogue(A @ B_t^T). One CTA per `bm` rows walks every `bn`-column tile.
+    """out = epilogue(A @ B_t^T), or epilogue(A @ B) for B [K, N] (b_vec). One CTA per `bm`
+    rows walks every `bn`-column tile.
 
     epilogue: "none" out = C; "bias_relu" out = relu(C + bias); "sigmoid" out = sigmoid(C + bias);
     "row_dot" out[m] = sum_n relu(C[m, n] + bias[n]) * v[n] + c0 (a second layer with one
@@ -583,7 +583,13 @@ class WeightGrad:
     wgmma version (operands restaged transposed into 128B-swizzled K-major tiles, 2
     warpgroups) was correct but slower on the pair and only slightly faster on the seed's
     h_hist^T [da|du]; not kept. Next to measure: where the warps wait in the chunk loop
-    (ncu source counters), e.g. on the cp.async groups (two chunks of 16 KB a CTA in flight)."""
+    (ncu source counters), e.g. on the cp.async groups (two chunks of 16 KB a CTA in flight).
+    A sweep on the seed's h_hist^T [da|du] (M = 65536, N = 256, K = 32; H200, GPU check
+    script, not committed): at 64 x 64 tiles 50.3 us, and more CTAs over the batch only
+    slower (2, 3, 4 an SM: 55.3, 67.6, 88.1 us: the finishers' ordered sums grow with them),
+    deeper staging no faster (4 stages 48.9, 6 stages 56.6); 64 x 32 tiles (K's width, no
+    zero half staged and multiplied) 38.5 us, 35.4 at 2 CTAs an SM and 4 stages. Hence
+    tile_k; the grid and stages stay."""
 
     bn = 64
     BK = (16, 32, 64)  # tile widths along K, the narrowest that covers the widest problem's K
@@ -727,11 +733,12 @@ class WeightGrad:
             for c in cutlass.range(num_ctas, unroll=2):
                 for j in cutlass.range_constexpr(vecs_per_thread):
                     tile_sum[j, None].store(tile_sum[j, None].load() + mWork4[tid + j * THREADS, None, tile, c].load())
-            # halves: dW's entry (row, col) flat in [2, n, k/2], by a compare, not by the
-            # division that indexing mDw's (k/2, 2) mode with a runtime k/2 costs (17 div/rem
-            # in the PTX; ~3 us more in the H200 A/B check)
-            half = k // 2
-            mFlat = cute.make_tensor(mDw.iterator, cute.make_layout(n * k))
+            if cutlass.const_expr(halves):
+                # dW's entry (row, col) flat in [2, n, k/2], by a compare, not by the division
+                # that indexing mDw's (k/2, 2) mode with a runtime k/2 costs (17 div/rem in the
+                # PTX; ~3 us more in the H200 A/B check)
+                half = k // 2
+                mFlat = cute.make_tensor(mDw.iterator, cute.make_layout(n * k))
             for j in cutlass.range_constexpr(vecs_per_thread):
                 e = (tid + j * THREADS) * 4
                 row = nt * self.bn + e // self.bk
