@@ -37,6 +37,7 @@ BENCH = "timing.bench per part (no kernel events recorded)"
 DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 TABLE_COLUMNS = ["backend", "layer", "kernel", "share of step (%)", "us per call", "calls per step",
                  "total us", "method"]
+LAUNCH_COLUMNS = ["part", "launch", "kernel", "us", "share of part (%)"]  # launch_table's
 # step_records' default
 STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile_cudagraphs")
 _TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
@@ -47,11 +48,12 @@ _DSL_NAME = re.compile(r"kernel_cutlass_kernel_(?:foxcutekernels)?(\w+?)_object_
 
 @dataclasses.dataclass(frozen=True)
 class KernelEvent:
-    """One device activity of one part of the step."""
+    """One device activity of one part of the step (start_us: its start in the trace)."""
 
     part: str
     name: str
     us: float
+    start_us: float = 0.0
 
 
 def _kernel_modules() -> list[str]:
@@ -78,7 +80,7 @@ def short_kernel_name(name: str, modules: Sequence[str] | None = None) -> str:
 
 def events_from_trace(trace: dict[str, Any], part: str) -> list[KernelEvent]:
     """The device activities of a Chrome trace (torch.profiler's export) as events of `part`."""
-    return [KernelEvent(part, e["name"], float(e["dur"])) for e in trace.get("traceEvents", [])
+    return [KernelEvent(part, e["name"], float(e["dur"]), float(e.get("ts", 0.0))) for e in trace.get("traceEvents", [])
             if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
 
 
@@ -97,6 +99,30 @@ def kernel_table(events: Iterable[KernelEvent], *, backend: str, method: str = P
     table["backend"] = backend
     table["method"] = method
     return table.sort_values("total us", ascending=False, kind="stable")[TABLE_COLUMNS].reset_index(drop=True)
+
+
+def launch_table(events: Iterable[KernelEvent], modules: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every event its own row (LAUNCH_COLUMNS), each part's in start order and numbered from
+    1, with its share of the part's device time: where one layer call's time goes."""
+    modules = _kernel_modules() if modules is None else modules
+    rows = pd.DataFrame([(e.part, e.start_us, short_kernel_name(e.name, modules), e.us) for e in events],
+                        columns=["part", "start", "kernel", "us"])
+    if rows.empty:
+        return pd.DataFrame(columns=LAUNCH_COLUMNS)
+    rows["part order"] = rows["part"].map(list(dict.fromkeys(rows["part"])).index)  # parts as given
+    rows = rows.sort_values(["part order", "start"], kind="stable")
+    rows["launch"] = rows.groupby("part", sort=False).cumcount() + 1
+    rows["share of part (%)"] = 100.0 * rows["us"] / rows.groupby("part", sort=False)["us"].transform("sum")
+    return rows[LAUNCH_COLUMNS].reset_index(drop=True)
+
+
+def launch_breakdown(parts: list[tuple[str, Callable[[], Any]]]) -> pd.DataFrame:
+    """Each (name, function) called once untimed (compiles, allocator growth), then once under
+    the profiler: launch_table of the device activities each call ran (e.g. one layer's
+    implementations side by side)."""
+    for _, run_part in parts:
+        run_part()
+    return launch_table(_profile_parts(parts))
 
 
 def part_table(part_us: dict[str, float], *, backend: str, method: str = BENCH) -> pd.DataFrame:
@@ -120,7 +146,7 @@ def layer_ratio(naive: pd.DataFrame, cute: pd.DataFrame) -> pd.DataFrame:
     return per_part
 
 
-def _profile_parts(parts: list[tuple[str, Callable[[], None]]]) -> list[KernelEvent]:
+def _profile_parts(parts: list[tuple[str, Callable[[], Any]]]) -> list[KernelEvent]:
     """Each part once in its own profiler session; the device events each session recorded."""
     import torch
     from torch.profiler import ProfilerActivity, profile

@@ -49,8 +49,9 @@ def test_trace_parsing_keeps_device_activities_only():
         {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 3},
         {"ph": "M", "name": "process_name", "args": {"name": "python"}},
     ]}
+    trace["traceEvents"][3]["ts"] = 1000.5  # device events carry their start
     assert breakdown.events_from_trace(trace, "iqn_bias_grad_reduce") == [
-        KernelEvent("iqn_bias_grad_reduce", DSL_COLUMN_SUM, 12.5),
+        KernelEvent("iqn_bias_grad_reduce", DSL_COLUMN_SUM, 12.5, 1000.5),
         KernelEvent("iqn_bias_grad_reduce", "Memset (Device)", 1.0)]
     assert breakdown.events_from_trace({}, "x") == []
 
@@ -71,6 +72,23 @@ def test_kernel_table_aggregates_per_layer_and_kernel():
     assert table["total us"].tolist() == [60.0, 30.0, 10.0]
     assert table["share of step (%)"].tolist() == pytest.approx([60.0, 30.0, 10.0])
     assert set(table["backend"]) == {"cute"} and set(table["method"]) == {breakdown.PROFILER}
+
+
+def test_launch_table_lists_each_part_in_start_order():
+    events = [KernelEvent("seed", DSL_COLUMN_SUM, 4.0, start_us=30.0),
+              KernelEvent("fused", DSL_NAIVE_Q, 90.0, start_us=500.0),
+              KernelEvent("seed", DSL_NAIVE_Q, 12.0, start_us=10.0),
+              KernelEvent("seed", DSL_COLUMN_SUM, 4.0, start_us=20.0),
+              KernelEvent("fused", DSL_COLUMN_SUM, 10.0, start_us=600.0)]
+    table = breakdown.launch_table(events, modules=MODULES)
+    assert list(table.columns) == breakdown.LAUNCH_COLUMNS
+    assert table[["part", "launch", "kernel"]].values.tolist() == [
+        ["seed", 1, "naive_q_denoise.PerSample"], ["seed", 2, "column_sum.ColumnSum"],
+        ["seed", 3, "column_sum.ColumnSum"], ["fused", 1, "naive_q_denoise.PerSample"],
+        ["fused", 2, "column_sum.ColumnSum"]]
+    assert table["us"].tolist() == [12.0, 4.0, 4.0, 90.0, 10.0]
+    assert table["share of part (%)"].tolist() == pytest.approx([60.0, 20.0, 20.0, 90.0, 10.0])
+    assert breakdown.launch_table([]).empty
 
 
 def test_kernel_table_of_no_events_is_empty_with_the_columns():
