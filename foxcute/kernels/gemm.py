@@ -734,11 +734,7 @@ class WeightGrad:
                 for j in cutlass.range_constexpr(vecs_per_thread):
                     tile_sum[j, None].store(tile_sum[j, None].load() + mWork4[tid + j * THREADS, None, tile, c].load())
             if cutlass.const_expr(halves):
-                # dW's entry (row, col) flat in [2, n, k/2], by a compare, not by the division
-                # that indexing mDw's (k/2, 2) mode with a runtime k/2 costs (17 div/rem in the
-                # PTX; ~3 us more in the H200 A/B check)
-                half = k // 2
-                mFlat = cute.make_tensor(mDw.iterator, cute.make_layout(n * k))
+                half = k // 2  # mDw's column mode is (k/2, 2)
             for j in cutlass.range_constexpr(vecs_per_thread):
                 e = (tid + j * THREADS) * 4
                 row = nt * self.bn + e // self.bk
@@ -746,10 +742,15 @@ class WeightGrad:
                     col = kt * self.bk + e % self.bk + v
                     if row < n and col < k:
                         if cutlass.const_expr(halves):
-                            flat = row * half + col
+                            # its coordinate (col mod k/2, col div k/2) by a compare: from the
+                            # flat col, the runtime k/2 costs a division (17 div/rem in the
+                            # PTX; ~3 us more in the H200 A/B check)
+                            which = Int32(0)
+                            col_in_half = col
                             if col >= half:
-                                flat = flat + (n - 1) * half
-                            mFlat[flat] = tile_sum[j, v]
+                                which = Int32(1)
+                                col_in_half = col - half
+                            mDw[row, (col_in_half, which)] = tile_sum[j, v]
                         else:
                             mDw[row, col] = tile_sum[j, v]
             if cutlass.const_expr(with_bias):
