@@ -646,9 +646,10 @@ class WeightGrad:
         else:
             mDw = cute.make_tensor(dw_ptr, cute.make_layout((n, k), stride=(ldo, 1)))
         mDb = cute.make_tensor(db_ptr, cute.make_layout(n))
-        # work: [num_ctas][tiles][bn * bk] partial tiles, then [num_ctas][n_tiles][bn] bias partials.
+        # work: [tiles][num_ctas][bn * bk] partial tiles (a tile's partials in consecutive rows,
+        # as _cute.sum_rows_in_order reads them), then [num_ctas][n_tiles][bn] bias partials.
         mWork4 = cute.make_tensor(work_ptr, cute.make_layout(
-            (tile_size // 4, 4, tiles, num_ctas), stride=(4, 1, tile_size, tiles * tile_size)))
+            (tile_size // 4, 4, tiles, num_ctas), stride=(4, 1, num_ctas * tile_size, tile_size)))
         bias_ptr = work_ptr + num_ctas * tiles * tile_size
         mWorkB = cute.make_tensor(bias_ptr, cute.make_layout(
             (self.bn, n_tiles, num_ctas), stride=(1, self.bn, n_tiles * self.bn)))
@@ -725,14 +726,16 @@ class WeightGrad:
         # Publish the partials, then take a ticket; the CTA that draws the last one finishes.
         if _cute.take_ticket(mTicket, tile, tid, sTicket) == num_ctas - 1:
             cute.arch.fence_acq_rel_gpu()
-            # Thread t adds float4 vectors t, t + THREADS, ... of the tile over c = 0, 1, ...:
-            # all its vectors' loads of one c are independent, keeping enough in flight.
-            vecs_per_thread = self.bn * self.bk // 4 // THREADS
+            # Thread t adds float4 vectors t, t + THREADS, ... of the tile over c = 0, 1, ...,
+            # ~24 float4 loads in flight a step (the partials of several c at once: this sum is
+            # the launch's tail, one L2 round trip a step; it had 2 c's loads in flight)
+            tile_vecs = self.bn * self.bk // 4
+            vecs_per_thread = tile_vecs // THREADS
             tile_sum = cute.make_rmem_tensor((vecs_per_thread, 4), Float32)
-            tile_sum.fill(0.0)
-            for c in cutlass.range(num_ctas, unroll=2):
-                for j in cutlass.range_constexpr(vecs_per_thread):
-                    tile_sum[j, None].store(tile_sum[j, None].load() + mWork4[tid + j * THREADS, None, tile, c].load())
+            mRows = cute.make_tensor(mWork4.iterator, cute.make_layout(
+                (cute.size(mWork4, mode=[2]) * num_ctas, tile_vecs, 4), stride=(tile_vecs * 4, 4, 1)))
+            _cute.sum_rows_in_order(mRows, tile * num_ctas, num_ctas, tid, tile_sum, THREADS, tile_vecs,
+                                    max(1, 24 // vecs_per_thread))
             if cutlass.const_expr(halves):
                 half = k // 2  # mDw's column mode is (k/2, 2)
             for j in cutlass.range_constexpr(vecs_per_thread):
