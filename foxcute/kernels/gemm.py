@@ -194,7 +194,7 @@ def tile_mma(tiled_mma: cute.TiledMma, tid: Int32, sA: cute.Tensor, sB: cute.Ten
         b = cute.make_rmem_tensor((2, num_ni), wide)
         # A runtime loop: fully unrolled, the compiler hoists every shared load of the chunk
         # into registers at once and spills at the widest tile.
-        for k in cutlass.range(CHUNK, unroll=2):
+        for k in cutlass.range(cute.size(sA, mode=[1]), unroll=2):
             for mi in cutlass.range_constexpr(num_mi):
                 for v1 in cutlass.range_constexpr(2):
                     if cutlass.const_expr(a_relu):
@@ -593,6 +593,12 @@ class WeightGrad:
 
     bn = 64
     BK = (16, 32, 64)  # tile widths along K, the narrowest that covers the widest problem's K
+    # Two groups of 4 warps: group g multiplies rows g*CHUNK/2 ... of every staged chunk into
+    # its own accumulators, added group 0 + group 1 at the end (a fixed order). Twice the warps
+    # an SM over the same tiles and partials: the main loop is bound by the latency of each
+    # warp's fragment loads and MMAs (see above), the finish by the number of partials.
+    GROUPS = 2
+    THREADS = GROUPS * THREADS
 
     def __init__(self, precision: str, problems: tuple, bk: int):
         """problems: one or two (vec_n, vec_k, with_bias, halves): the float4-ness of dY's and
@@ -625,7 +631,7 @@ class WeightGrad:
                                       m, num_ctas)
             tiles = tiles + p1[-1]
         self.kernel(*p0[:-3], *p1[:-3], p0[-1], m, rows_per_cta, num_ctas).launch(
-            grid=[num_ctas, tiles, 1], block=[THREADS, 1, 1], stream=stream)
+            grid=[num_ctas, tiles, 1], block=[self.THREADS, 1, 1], stream=stream)
 
     @cute.jit
     def problem_tensors(self, p: cutlass.Constexpr, dy_ptr, x_ptr, dw_ptr, db_ptr, n_vecs, k_vecs,
@@ -696,7 +702,8 @@ class WeightGrad:
         sX3, sXT = columns_view(x_raw, self.bk, vec_k, CHUNK * (self.bk + 8))
 
         tiled_mma = _mma_atom(2, 2)  # 32 x 32 warp tiles: 256 B of fragment reads per MMA
-        thr = tiled_mma.get_slice(tid)
+        group = tid // THREADS
+        thr = tiled_mma.get_slice(tid % THREADS)
         cC = thr.partition_C(cute.make_identity_tensor((self.bn, self.bk)))
         acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((self.bn, self.bk)))
         acc.fill(0.0)
@@ -710,15 +717,24 @@ class WeightGrad:
         last = cutlass.min(first + rows_per_cta, m)
         mma_chunks(tiled_mma, tid, acc, self.mode, (last - first + CHUNK - 1) // CHUNK,
                    Operand(mDy, last, first, nt * (self.bn // vec_n), n_vecs, CHUNK,
-                           self.bn // vec_n, vec_n, True, sDy3, sDyT),
+                           self.bn // vec_n, vec_n, True, sDy3, sDyT, self.THREADS),
                    Operand(mX, last, first, kt * (self.bk // vec_k), k_vecs, CHUNK,
-                           self.bk // vec_k, vec_k, True, sX3, sXT),
-                   after_chunk=add_bias_columns)
+                           self.bk // vec_k, vec_k, True, sX3, sXT, self.THREADS),
+                   after_chunk=add_bias_columns,
+                   multiply=functools.partial(self.group_rows_mma, tiled_mma, tid % THREADS, group))
 
-        # This CTA's partial tile (all of it: entries past N or K hold zeros).
-        for i in cutlass.range_constexpr(cute.size(acc)):
-            e = cC[i][0] * self.bk + cC[i][1]
-            mWork4[e // 4, e % 4, tile, cta] = acc[i]
+        # This CTA's partial tile (all of it: entries past N or K hold zeros): group 1's
+        # accumulators through shared memory (the staging buffer, free after mma_chunks' last
+        # barrier), added to group 0's.
+        sOther = cute.make_tensor(dy_raw.iterator, cute.make_layout(self.bn * self.bk))
+        if group == 1:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                sOther[cC[i][0] * self.bk + cC[i][1]] = acc[i]
+        cute.arch.sync_threads()
+        if group == 0:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                e = cC[i][0] * self.bk + cC[i][1]
+                mWork4[e // 4, e % 4, tile, cta] = acc[i] + sOther[e]
         if cutlass.const_expr(with_bias):
             if kt == 0 and tid < self.bn:
                 mWorkB[tid, nt, cta] = col_sum[0]
@@ -730,16 +746,16 @@ class WeightGrad:
             # ~24 float4 loads in flight a step (the partials of several c at once: this sum is
             # the launch's tail, one L2 round trip a step; it had 2 c's loads in flight)
             tile_vecs = self.bn * self.bk // 4
-            vecs_per_thread = tile_vecs // THREADS
+            vecs_per_thread = tile_vecs // self.THREADS
             tile_sum = cute.make_rmem_tensor((vecs_per_thread, 4), Float32)
             mRows = cute.make_tensor(mWork4.iterator, cute.make_layout(
                 (cute.size(mWork4, mode=[2]) * num_ctas, tile_vecs, 4), stride=(tile_vecs * 4, 4, 1)))
-            _cute.sum_rows_in_order(mRows, tile * num_ctas, num_ctas, tid, tile_sum, THREADS, tile_vecs,
+            _cute.sum_rows_in_order(mRows, tile * num_ctas, num_ctas, tid, tile_sum, self.THREADS, tile_vecs,
                                     max(1, 24 // vecs_per_thread))
             if cutlass.const_expr(halves):
                 half = k // 2  # mDw's column mode is (k/2, 2)
             for j in cutlass.range_constexpr(vecs_per_thread):
-                e = (tid + j * THREADS) * 4
+                e = (tid + j * self.THREADS) * 4
                 row = nt * self.bn + e // self.bk
                 for v in cutlass.range_constexpr(4):
                     col = kt * self.bk + e % self.bk + v
@@ -765,6 +781,16 @@ class WeightGrad:
                         mDb[nt * self.bn + tid] = total
             if tid == 0:
                 mTicket[tile] = Int32(0)
+
+
+    @cute.jit
+    def group_rows_mma(self, tiled_mma: cute.TiledMma, group_tid: Int32, group: Int32, sA: cute.Tensor,
+                       sB: cute.Tensor, acc: cute.Tensor):
+        """mma_chunks' chunk product: the thread's group multiplies its CHUNK / GROUPS batch rows
+        of the staged chunk (sA [bn, CHUNK], sB [bk, CHUNK])."""
+        rows = CHUNK // self.GROUPS
+        tile_mma(tiled_mma, group_tid, cute.local_tile(sA, (self.bn, rows), (0, group)),
+                 cute.local_tile(sB, (self.bk, rows), (0, group)), acc, self.mode)
 
 
 class KMajorWeightGrad:
