@@ -15,8 +15,9 @@ the kind they were given. Nothing here imports cupy or torch unless such an arra
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -274,3 +275,65 @@ def stack(arrays: Sequence[Any]) -> Any:
 
         return cupy.stack(arrays)
     return np.stack(arrays)
+
+
+class SideLane:
+    """A private second stream of an array library ("torch" or "cupy") on a device.
+    `run(side, main)` forks it from the current stream, launches side() on it and main() on
+    the current stream, makes the current stream wait for it, and returns (side's result,
+    main's). Inside a CUDA graph capture the two become parallel branches of the graph. Every
+    run forks first, so memory the side lane freed and reallocates (torch's and cupy's pools
+    keep a free list per stream) is never in use by earlier work of the current stream;
+    arrays either lane allocated are safe to use on the current stream after run returns."""
+
+    def __init__(self, kind: str, device: int):
+        self.kind = kind
+        if kind == "torch":
+            import torch
+
+            self.device = torch.device("cuda", device)
+            self.stream = torch.cuda.Stream(device=self.device)
+        else:
+            import cupy
+
+            with cupy.cuda.Device(device):
+                self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def run(self, side: Callable[[], Any], main: Callable[[], Any]) -> tuple[Any, Any]:
+        if self.kind == "torch":
+            import torch
+
+            current = torch.cuda.current_stream(self.device)
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
+                side_result = side()
+            main_result = main()
+            current.wait_stream(self.stream)
+        else:
+            import cupy
+
+            current = cupy.cuda.get_current_stream()
+            self.stream.wait_event(current.record())
+            with self.stream:
+                side_result = side()
+            main_result = main()
+            current.wait_event(self.stream.record())
+        return side_result, main_result
+
+
+SIDE_LANES = 64
+
+
+@functools.lru_cache(maxsize=SIDE_LANES)
+def _side_lane(kind: str, device: int, current_stream: int) -> SideLane:
+    return SideLane(kind, device)
+
+
+def side_lane(x: Any) -> SideLane:
+    """The SideLane of x's library's current stream on x's device (a GPU array). One per
+    current stream, so that nested forks (the step's side lane running a layer that forks
+    its own) and callers on streams of their own never queue each other's work on one side
+    stream; the SIDE_LANES most recent are kept (a stream is not free to make, and timing
+    makes one per bench)."""
+    kind = array_kind(x)
+    return _side_lane(kind, device_id(x, kind), current_stream_handle(x))

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy
 
 from . import _layer, curiosity, kan, mamba2, q_denoise, reduction, risk_budget
-from ._arrays import array_kind, check_backend
+from ._arrays import array_kind, check_backend, side_lane
 from .checks import rel_err, to_numpy
 
 _LAYERS = ("mamba2", "curiosity", "risk_budget", "q_denoise", "kan")
@@ -281,7 +281,6 @@ def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pre
     graph (timing.bench), the side lane becoming a parallel branch of the graph."""
     layers = _KernelLayers(backend, precision, impl)
     names = _validate(inputs, backend, precision, impl)
-    side = _SideLane(inputs["mamba2"]["h"]) if lanes else None
 
     def launch() -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -290,51 +289,12 @@ def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pre
         def run_parts(lane):
             for name in lane:
                 parts[name]()
-        if side is None:
-            run_parts(PARTS)
+        if lanes:
+            side_lane(inputs["mamba2"]["h"]).run(lambda: run_parts(LANES[1]), lambda: run_parts(LANES[0]))
         else:
-            side.run(lambda: run_parts(LANES[1]), lambda: run_parts(LANES[0]))
+            run_parts(PARTS)
         return {name: out[name] for name in names}  # the side lane's parts ran first
     return launch
-
-
-class _SideLane:
-    """A private second stream of x's library (torch or cupy) on x's device. `run(side, main)`
-    forks it from the current stream, launches side() on it and main() on the current stream,
-    and makes the current stream wait for it. Every run forks first, so memory the side lane
-    freed and reallocates is never in use by earlier work of the current stream."""
-
-    def __init__(self, x: Any):
-        self.kind = array_kind(x)
-        if self.kind == "torch":
-            import torch
-
-            self.device = x.device
-            self.stream = torch.cuda.Stream(device=x.device)
-        else:
-            import cupy
-
-            self.stream = cupy.cuda.Stream(non_blocking=True)
-
-    def run(self, side: Callable[[], None], main: Callable[[], None]) -> None:
-        if self.kind == "torch":
-            import torch
-
-            current = torch.cuda.current_stream(self.device)
-            self.stream.wait_stream(current)
-            with torch.cuda.stream(self.stream):
-                side()
-            main()
-            current.wait_stream(self.stream)
-        else:
-            import cupy
-
-            current = cupy.cuda.get_current_stream()
-            self.stream.wait_event(current.record())
-            with self.stream:
-                side()
-            main()
-            current.wait_event(self.stream.record())
 
 
 def to_device(inputs: dict[str, dict[str, Any]], library: str = "torch") -> dict[str, dict[str, Any]]:

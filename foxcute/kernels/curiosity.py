@@ -42,7 +42,9 @@ Where the split is, and why (four launches and one small copy).
 - TF32: z's relu mask is the float64 one (RowPass.exact_sign_epilogue): the few z entries
   whose 3xTF32 value is within its error bound of 0 are summed again in float64 (WeightPrep
   adds W1s's row norms to the workspace for the bound).
-- The row pass's partials (F + H(A+1) + 1 columns per CTA) are summed by column_sum.
+- The row pass's partials (F + H(A+1) + 1 columns per CTA) are summed by column_sum, on a
+  side lane (a second stream; a parallel branch in a CUDA graph) beside the weight
+  gradients, which read none of them.
 - Every batch reduction is per-CTA partials added in a fixed order: bit-identical from run
   to run, no float atomics.
 
@@ -944,19 +946,27 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     num_actions = w1_cols - f
     width = partials_width(f, h, num_actions)
     r, ds, hid, dpred, dz, partials = row_pass_outputs(s, a, s_next, W1, b1, W2, b2, precision=precision)
-    sums = sum_partials(partials, len(partials) // width, width)
-
     dW2 = _arrays.empty(s, (f, h))
     dW1 = _arrays.empty(s, (h, w1_cols))
-    # dW2 = dpred^T hid and dW1[:, :F] = dz^T s (rows F + A apart), side by side in one launch:
-    # TF32 on wgmma from the row pass's K-major copies (dW1 = dz^T s reads s as it is), fp32 by
-    # FFMA from the row-major ones.
-    if precision == "tf32":
-        kmajor_weight_grads_into([("kmajor", dpred, hid, dW2, h), ("rows", s, dz, dW1, w1_cols)],
-                                 s.shape[0], dz.shape[1])
-    else:
-        weight_grads_into([(dpred, hid, dW2, h, None), (dz, s, dW1, w1_cols, None)], precision)
-    dW1[:, f:] = sums[f + h:f + h + h * num_actions].reshape(h, num_actions)
+
+    def column_sums() -> Any:
+        sums = sum_partials(partials, len(partials) // width, width)
+        dW1[:, f:] = sums[f + h:f + h + h * num_actions].reshape(h, num_actions)  # columns the MMAs skip
+        return sums
+
+    def weight_gradients() -> None:
+        # dW2 = dpred^T hid and dW1[:, :F] = dz^T s (rows F + A apart), side by side in one
+        # launch: TF32 on wgmma from the row pass's K-major copies (dW1 = dz^T s reads s as it
+        # is), fp32 by FFMA from the row-major ones.
+        if precision == "tf32":
+            kmajor_weight_grads_into([("kmajor", dpred, hid, dW2, h), ("rows", s, dz, dW1, w1_cols)],
+                                     s.shape[0], dz.shape[1])
+        else:
+            weight_grads_into([(dpred, hid, dW2, h, None), (dz, s, dW1, w1_cols, None)], precision)
+
+    # The short column sums of the row pass's partials on a side lane, beside the weight
+    # gradients (they read different arrays and write different columns of dW1).
+    sums, _ = _arrays.side_lane(s).run(column_sums, weight_gradients)
     db2 = sums[:f]
     db1 = sums[f:f + h]
     loss = sums[width - 1:width]

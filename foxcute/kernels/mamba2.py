@@ -34,7 +34,9 @@ Two implementations, picked by `impl`:
          backward: a reverse-scan kernel giving [da|du], dc, ctx and dsigma partials, then
          GEMMs for [dW_A|dW_B] = h_hist^T [da|du], dW_C = h^T dc, dw = dout^T ctx (split over
          the batch, partials summed by `column_sum`), dh_hist = [da|du] [W_A|W_B]^T and
-         dh = dout + dc W_C^T.
+         dh = dout + dc W_C^T. Independent launches run in two lanes (a second stream, a
+         parallel branch in a CUDA graph): c beside the projection; the input gradients
+         (dh_hist, dh) beside the batch reductions (dW_A|dW_B, dW_C and dw, dsigma).
 
 Matrix products run on TF32 tensor cores for precision="tf32": a|u (forward and backward) on
 Hopper's warpgroup MMA (wgmma, foxcute.kernels._wgmma: no fragment loads, the operands'
@@ -68,7 +70,7 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32, const_expr  # noqa: E402
 from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
-from .._arrays import Checker, FoxcuteInputError, array_kind, empty, sm_count  # noqa: E402
+from .._arrays import Checker, FoxcuteInputError, array_kind, empty, side_lane, sm_count  # noqa: E402
 from . import _wgmma  # noqa: E402
 from .gemm import load_bits, load_tf32, store_pair, tf32_operand  # noqa: E402
 
@@ -1596,13 +1598,11 @@ def _concat_columns(a: Any, b: Any) -> Any:
 
 def _seed_forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float,
                   out: Any, precision: str) -> Any:
-    """GEMM a|u = h_hist @ [W_A|W_B], GEMM c = h @ W_C, scan + ctx, readout."""
-    from . import gemm
-
+    """GEMM a|u = h_hist @ [W_A|W_B], GEMM c = h @ W_C (on a side lane, beside it), scan + ctx,
+    readout."""
     B, K, SH2 = (int(n) for n in h_hist.shape)
     D = int(W_A.shape[1])
-    au = gemm.matmul(h_hist.reshape(B * K, SH2), B=_concat_columns(W_A, W_B), precision=precision)
-    c = gemm.matmul(h, B=W_C, precision=precision)
+    _, au, c = _seed_projections(h_hist.reshape(B * K, SH2), h, W_A, W_B, W_C, precision)
     ctx = empty(h, (B,))
     stream = _cute.current_stream(h)
     _compiled("seed_scan_forward", K, SH2, D, precision)(
@@ -1612,18 +1612,35 @@ def _seed_forward(h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sig
     return out
 
 
+def _seed_projections(hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, precision: str) -> tuple:
+    """(W_AB = [W_A|W_B], a|u = hist @ W_AB, c = h @ W_C). c (M = B) runs on a side lane beside
+    the concatenation and the projection (M = B*K): alone it is a short, latency-bound launch."""
+    from . import gemm
+
+    def projection() -> tuple:
+        W_AB = _concat_columns(W_A, W_B)  # [SH2, 2D]
+        return W_AB, gemm.matmul(hist, B=W_AB, precision=precision)
+
+    c, (W_AB, au) = side_lane(h).run(lambda: gemm.matmul(h, B=W_C, precision=precision), projection)
+    return W_AB, au, c
+
+
 def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float,
                    precision: str) -> tuple:
-    """The forward's GEMMs again, the reverse-scan kernel, then GEMMs for every gradient."""
+    """The forward's GEMMs again, the reverse-scan kernel, then GEMMs for every gradient in two
+    lanes side by side: the batch reductions (dW_A|dW_B, dW_C with dw, dsigma's column sum) on
+    the current stream, the input gradients (dh_hist, dh) on a side lane. Each of the two
+    that move h_hist's size ([B*K, SH2]: dW_A|dW_B reads it, dh_hist writes it) keeps DRAM
+    well short of its ceiling alone (both ~1.9x their floors, latency bound at 1-2 CTAs an
+    SM), so the lanes overlap their latencies, and the short launches fill SMs the long
+    ones leave idle instead of running alone."""
     from . import gemm
     from .column_sum import column_sum
 
     B, K, SH2 = (int(n) for n in h_hist.shape)
     D = int(W_A.shape[1])
-    W_AB = _concat_columns(W_A, W_B)  # [SH2, 2D]
     hist = h_hist.reshape(B * K, SH2)
-    au = gemm.matmul(hist, B=W_AB, precision=precision)
-    c = gemm.matmul(h, B=W_C, precision=precision)
+    W_AB, au, c = _seed_projections(hist, h, W_A, W_B, W_C, precision)
     dau = empty(h, (B * K, 2 * D))
     dc = empty(h, (B, D))
     ctx = empty(h, (B,))
@@ -1632,14 +1649,21 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
     _compiled("seed_scan_backward", K, SH2, D, precision)(
         gmem_ptr(dout), gmem_ptr(w), gmem_ptr(au), gmem_ptr(c), gmem_ptr(dau), gmem_ptr(dc),
         gmem_ptr(ctx), gmem_ptr(dsigma_partials), Float32(sigma), Int32(B), _cute.current_stream(h))
-    dW_ab = empty(h, (2, SH2, D))  # h_hist^T [da|du]: dW_A = dW_ab[0], dW_B = dW_ab[1]
-    gemm.weight_grads_into([(hist, dau, dW_ab, 2 * D, None)], precision)
-    # dW_C = h^T dc and dw = dout^T ctx reduce the same batch: one launch for both
-    dW_C = empty(h, (SH2, D))
-    dw = empty(h, (SH2,))
-    gemm.weight_grads_into([(h, dc, dW_C, D, None), (dout, ctx.reshape(B, 1), dw.reshape(SH2, 1), 1, None)],
-                           precision)
-    dsigma = column_sum(dsigma_partials)
-    dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
-    dh = gemm.matmul(dc, W_C, epilogue="residual", residual=dout, precision=precision)  # dout + dc W_C^T
+
+    def weight_gradients() -> tuple:
+        dW_ab = empty(h, (2, SH2, D))  # h_hist^T [da|du]: dW_A = dW_ab[0], dW_B = dW_ab[1]
+        gemm.weight_grads_into([(hist, dau, dW_ab, 2 * D, None)], precision)
+        # dW_C = h^T dc and dw = dout^T ctx reduce the same batch: one launch for both
+        dW_C = empty(h, (SH2, D))
+        dw = empty(h, (SH2,))
+        gemm.weight_grads_into([(h, dc, dW_C, D, None), (dout, ctx.reshape(B, 1), dw.reshape(SH2, 1), 1, None)],
+                               precision)
+        return dW_ab, dW_C, dw, column_sum(dsigma_partials)
+
+    def input_gradients() -> tuple:
+        dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
+        dh = gemm.matmul(dc, W_C, epilogue="residual", residual=dout, precision=precision)  # dout + dc W_C^T
+        return dh_hist, dh
+
+    (dh_hist, dh), (dW_ab, dW_C, dw, dsigma) = side_lane(h).run(input_gradients, weight_gradients)
     return (dW_ab[0], dW_ab[1], dW_C, dw, dsigma, dh_hist, dh)
