@@ -298,8 +298,16 @@ class SideLane:
 
             with cupy.cuda.Device(device):
                 self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.busy = False  # inside run: a fork from its main lane needs another side stream
 
     def run(self, side: Callable[[], Any], main: Callable[[], Any]) -> tuple[Any, Any]:
+        self.busy = True
+        try:
+            return self._fork_and_join(side, main)
+        finally:
+            self.busy = False
+
+    def _fork_and_join(self, side: Callable[[], Any], main: Callable[[], Any]) -> tuple[Any, Any]:
         if self.kind == "torch":
             import torch
 
@@ -325,15 +333,21 @@ SIDE_LANES = 64
 
 
 @functools.lru_cache(maxsize=SIDE_LANES)
-def _side_lane(kind: str, device: int, current_stream: int) -> SideLane:
-    return SideLane(kind, device)
+def _side_lanes(kind: str, device: int, current_stream: int) -> list[SideLane]:
+    return []
 
 
 def side_lane(x: Any) -> SideLane:
-    """The SideLane of x's library's current stream on x's device (a GPU array). One per
-    current stream, so that nested forks (the step's side lane running a layer that forks
-    its own) and callers on streams of their own never queue each other's work on one side
-    stream; the SIDE_LANES most recent are kept (a stream is not free to make, and timing
-    makes one per bench)."""
+    """A SideLane for x's library's current stream on x's device (a GPU array): the first of
+    that stream's lanes not inside its own run, made on first need. So a fork from the main
+    lane of another fork (the step's main lane running a layer that forks its own) gets a
+    side stream of its own instead of queueing behind the outer side lane's work, and a fork
+    from a side lane forks from that lane's stream. The lanes of the SIDE_LANES most recent
+    current streams are kept (a stream is not free to make, and timing makes one per bench)."""
     kind = array_kind(x)
-    return _side_lane(kind, device_id(x, kind), current_stream_handle(x))
+    lanes = _side_lanes(kind, device_id(x, kind), current_stream_handle(x))
+    for lane in lanes:
+        if not lane.busy:
+            return lane
+    lanes.append(SideLane(kind, device_id(x, kind)))
+    return lanes[-1]

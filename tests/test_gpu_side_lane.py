@@ -1,6 +1,7 @@
 """_arrays.SideLane on the H200: the side lane's work is done before the current stream's next
 work starts (eagerly and replayed from a CUDA graph), both lanes' results come back, and
-side_lane gives each current stream a side stream of its own."""
+side_lane gives each current stream, and a fork nested in another's main lane, a side stream of
+its own."""
 
 import numpy as np
 import pytest
@@ -58,6 +59,25 @@ def test_each_current_stream_has_its_own_side_stream():
     with second:
         other = _arrays.side_lane(x)
     assert other is not lane and other.stream.ptr not in (first.ptr, second.ptr, lane.stream.ptr)
+
+
+def test_a_fork_from_the_main_lane_gets_a_side_stream_of_its_own():
+    x = cp.zeros(4, dtype=cp.float32)
+    with cp.cuda.Stream(non_blocking=True):
+        outer = _arrays.side_lane(x)
+        seen = {}
+
+        def main():
+            seen["inner"] = _arrays.side_lane(x)  # same current stream, outer lane busy
+            seen["inner"].run(lambda: None, lambda: None)
+
+        def side():
+            seen["from_side"] = _arrays.side_lane(x)  # current stream: the outer lane's
+
+        outer.run(side, main)
+        assert _arrays.side_lane(x) is outer  # free again
+    streams = {outer.stream.ptr, seen["inner"].stream.ptr, seen["from_side"].stream.ptr}
+    assert len(streams) == 3 and seen["inner"] is not outer
 
 
 def test_torch_side_lane_results_and_order():

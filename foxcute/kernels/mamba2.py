@@ -36,7 +36,7 @@ Two implementations, picked by `impl`:
          the batch, partials summed by `column_sum`), dh_hist = [da|du] [W_A|W_B]^T and
          dh = dout + dc W_C^T. Independent launches run in two lanes (a second stream, a
          parallel branch in a CUDA graph): c beside the projection; the input gradients
-         (dh_hist, dh) beside the batch reductions (dW_A|dW_B, dW_C and dw, dsigma).
+         (dh, dh_hist) beside the batch reductions (dW_C and dw, dsigma, dW_A|dW_B).
 
 Matrix products run on TF32 tensor cores for precision="tf32": a|u (forward and backward) on
 Hopper's warpgroup MMA (wgmma, foxcute.kernels._wgmma: no fragment loads, the operands'
@@ -1628,12 +1628,14 @@ def _seed_projections(hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, precision
 def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: Any, sigma: float,
                    precision: str) -> tuple:
     """The forward's GEMMs again, the reverse-scan kernel, then GEMMs for every gradient in two
-    lanes side by side: the batch reductions (dW_A|dW_B, dW_C with dw, dsigma's column sum) on
-    the current stream, the input gradients (dh_hist, dh) on a side lane. Each of the two
-    that move h_hist's size ([B*K, SH2]: dW_A|dW_B reads it, dh_hist writes it) keeps DRAM
-    well short of its ceiling alone (both ~1.9x their floors, latency bound at 1-2 CTAs an
-    SM), so the lanes overlap their latencies, and the short launches fill SMs the long
-    ones leave idle instead of running alone."""
+    lanes side by side: the batch reductions (dW_C with dw, dsigma's column sum, then
+    dW_A|dW_B) on the current stream, the input gradients (dh, then dh_hist) on a side lane.
+    The two that move h_hist's size ([B*K, SH2]: dW_A|dW_B reads it, dh_hist writes it) each
+    keep DRAM well short of its ceiling alone (35.0 and 33.8 us, ~1.9x their floors), so
+    they run together, after the short launches, which run together first. Measured on the
+    H200 (graph-replayed, the gradient launches alone): all on one stream 100.2 us; this
+    order 81.7; the long ones first in each lane 98.2 (the short ones then run alone at the
+    end); [dW_C+dw, dsigma, dh] beside [dW_A|dW_B, dh_hist] 105.9; three lanes 100.4."""
     from . import gemm
     from .column_sum import column_sum
 
@@ -1651,18 +1653,19 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
         gmem_ptr(ctx), gmem_ptr(dsigma_partials), Float32(sigma), Int32(B), _cute.current_stream(h))
 
     def weight_gradients() -> tuple:
-        dW_ab = empty(h, (2, SH2, D))  # h_hist^T [da|du]: dW_A = dW_ab[0], dW_B = dW_ab[1]
-        gemm.weight_grads_into([(hist, dau, dW_ab, 2 * D, None)], precision)
         # dW_C = h^T dc and dw = dout^T ctx reduce the same batch: one launch for both
         dW_C = empty(h, (SH2, D))
         dw = empty(h, (SH2,))
         gemm.weight_grads_into([(h, dc, dW_C, D, None), (dout, ctx.reshape(B, 1), dw.reshape(SH2, 1), 1, None)],
                                precision)
-        return dW_ab, dW_C, dw, column_sum(dsigma_partials)
+        dsigma = column_sum(dsigma_partials)
+        dW_ab = empty(h, (2, SH2, D))  # h_hist^T [da|du]: dW_A = dW_ab[0], dW_B = dW_ab[1]
+        gemm.weight_grads_into([(hist, dau, dW_ab, 2 * D, None)], precision)
+        return dW_ab, dW_C, dw, dsigma
 
     def input_gradients() -> tuple:
-        dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
         dh = gemm.matmul(dc, W_C, epilogue="residual", residual=dout, precision=precision)  # dout + dc W_C^T
+        dh_hist = gemm.matmul(dau, W_AB, precision=precision).reshape(B, K, SH2)
         return dh_hist, dh
 
     (dh_hist, dh), (dW_ab, dW_C, dw, dsigma) = side_lane(h).run(input_gradients, weight_gradients)
