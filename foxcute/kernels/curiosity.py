@@ -72,6 +72,8 @@ pass + prep 47.6-48.1 -> 42.9-43.8 us, as predicted, but the weight gradients 15
 reloaded (the layer no faster: 72.6 -> 72.6-73.6 us in one run); with two fragment register
 sets alternating (one group in flight while the next block's fragment loads) 19.3 us, the
 layer 70.2-70.4 us, batch 1 49.1 us (51.6; on a later machine than the 72.6 us).
+Column sums on a side lane beside the weight gradients (H200 A/B script, graph-replayed):
+the layer 70.65 -> 68.98 us; papermill run 20261201T224219Z: 67.5 us.
 The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
 Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
 where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
