@@ -284,7 +284,10 @@ class SideLane:
     main's). Inside a CUDA graph capture the two become parallel branches of the graph. Every
     run forks first, so memory the side lane freed and reallocates (torch's and cupy's pools
     keep a free list per stream) is never in use by earlier work of the current stream;
-    arrays either lane allocated are safe to use on the current stream after run returns."""
+    arrays either lane allocated are safe to use on the current stream after run returns.
+    (torch hands its streams out round robin from a pool of 32 a device, so after many
+    streams a lane's may be one in use elsewhere: that costs concurrency, never order, as
+    every run forks and joins.)"""
 
     def __init__(self, kind: str, device: int):
         self.kind = kind
