@@ -37,7 +37,7 @@ BENCH = "timing.bench per part (no kernel events recorded)"
 DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 TABLE_COLUMNS = ["backend", "layer", "kernel", "share of step (%)", "us per call", "calls per step",
                  "total us", "method"]
-LAUNCH_COLUMNS = ["part", "launch", "kernel", "us", "share of part (%)"]  # launch_table's
+LAUNCH_COLUMNS = ["part", "launch", "kernel", "start (us)", "us", "share of part (%)"]  # launch_table's
 # step_records' default
 STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile_cudagraphs")
 _TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
@@ -103,7 +103,9 @@ def kernel_table(events: Iterable[KernelEvent], *, backend: str, method: str = P
 
 def launch_table(events: Iterable[KernelEvent], modules: Sequence[str] | None = None) -> pd.DataFrame:
     """Every event its own row (LAUNCH_COLUMNS), each part's in start order and numbered from
-    1, with its share of the part's device time: where one layer call's time goes."""
+    1, with its start after the part's first and its share of the part's device time: where
+    one layer call's time goes (kernels on side lanes overlap: a start before the previous
+    row's start + us)."""
     modules = _kernel_modules() if modules is None else modules
     rows = pd.DataFrame([(e.part, e.start_us, short_kernel_name(e.name, modules), e.us) for e in events],
                         columns=["part", "start", "kernel", "us"])
@@ -112,6 +114,7 @@ def launch_table(events: Iterable[KernelEvent], modules: Sequence[str] | None = 
     rows["part order"] = rows["part"].map(list(dict.fromkeys(rows["part"])).index)  # parts as given
     rows = rows.sort_values(["part order", "start"], kind="stable")
     rows["launch"] = rows.groupby("part", sort=False).cumcount() + 1
+    rows["start (us)"] = rows["start"] - rows.groupby("part", sort=False)["start"].transform("min")
     rows["share of part (%)"] = 100.0 * rows["us"] / rows.groupby("part", sort=False)["us"].transform("sum")
     return rows[LAUNCH_COLUMNS].reset_index(drop=True)
 

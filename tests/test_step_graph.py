@@ -87,6 +87,7 @@ def test_launch_table_lists_each_part_in_start_order():
         ["seed", 3, "column_sum.ColumnSum"], ["fused", 1, "naive_q_denoise.PerSample"],
         ["fused", 2, "column_sum.ColumnSum"]]
     assert table["us"].tolist() == [12.0, 4.0, 4.0, 90.0, 10.0]
+    assert table["start (us)"].tolist() == [0.0, 10.0, 20.0, 0.0, 100.0]
     assert table["share of part (%)"].tolist() == pytest.approx([60.0, 20.0, 20.0, 90.0, 10.0])
     assert breakdown.launch_table([]).empty
 
