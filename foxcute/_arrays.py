@@ -348,9 +348,10 @@ def side_lane(x: Any) -> SideLane:
     from a side lane forks from that lane's stream. The lanes of the SIDE_LANES most recent
     current streams are kept (a stream is not free to make, and timing makes one per bench)."""
     kind = array_kind(x)
-    lanes = _side_lanes(kind, device_id(x, kind), current_stream_handle(x))
+    device = device_id(x, kind)
+    lanes = _side_lanes(kind, device, current_stream_handle(x))
     for lane in lanes:
         if not lane.busy:
             return lane
-    lanes.append(SideLane(kind, device_id(x, kind)))
+    lanes.append(SideLane(kind, device))
     return lanes[-1]

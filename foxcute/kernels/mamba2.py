@@ -1631,9 +1631,10 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
     lanes side by side: the batch reductions (dW_C with dw, dsigma's column sum, then
     dW_A|dW_B) on the current stream, the input gradients (dh, then dh_hist) on a side lane.
     The two that move h_hist's size ([B*K, SH2]: dW_A|dW_B reads it, dh_hist writes it) each
-    keep DRAM well short of its ceiling alone (35.0 and 33.8 us, ~1.9x their floors), so
-    they run together, after the short launches, which run together first. Measured on the
-    H200 (graph-replayed, the gradient launches alone): all on one stream 100.2 us; this
+    keep DRAM well short of its ceiling alone, so they run together, after the short
+    launches, which run together first. Measured on the H200 (GPU check script, not
+    committed; graph-replayed): alone, dW_A|dW_B 35.0 us and dh_hist 33.8 (~1.9x their
+    floors); the gradient launches together: all on one stream 100.2 us; this
     order 81.7; the long ones first in each lane 98.2 (the short ones then run alone at the
     end); [dW_C+dw, dsigma, dh] beside [dW_A|dW_B, dh_hist] 105.9; three lanes 100.4. The
     whole seed backward: 138.8 us on one stream, 117 in run 20261201T224219Z (2.92x)."""
