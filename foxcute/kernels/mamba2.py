@@ -26,8 +26,8 @@ Two implementations, picked by `impl`:
          [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
          shared memory), dh = dout + dc @ W_C^T and dW_C += h^T dc (TF32: mma.sync, one
          CTA half each; fp32: FFMA, 4 outputs a thread) and dw += ctx^T dout. Each CTA
-         adds its tiles' weight gradients into its own row of a partials array in tile order
-         (the row's old values loaded before any of the chunk's stores); `column_sum` then
+         (one an SM) accumulates its tiles' weight gradients in registers, in tile order,
+         and writes them once, to its own row of a partials array; `column_sum` then
          sums the rows in a fixed order, in one launch. No float atomics: bit-identical runs.
 "seed"   The trainer's plan, kernel by kernel: foxcute.kernels.gemm GEMMs for a|u and c, a
          batch-parallel scan (one thread per (sample, state)) giving ctx, a readout kernel;
@@ -837,12 +837,13 @@ class FusedBackward(_TileCopies):
         # W_C at the c product's conflict-free pitch where two CTAs an SM still fit with it;
         # elsewhere pitch D, as before (never fewer CTAs, never more shared memory at one)
         self.wc_pitch = self.c_product.w_pitch
-        if 2 * self.smem_bytes() > SMEM_PER_SM:
+        if self.smem_bytes() > SMEM_PER_SM:
             self.wc_pitch = D
 
     def ctas_per_sm(self) -> int:
-        """Two CTAs per SM where their shared memory fits (registers are then capped at 128)."""
-        return 2 if 2 * self.smem_bytes() <= SMEM_PER_SM else 1
+        """One CTA an SM: its weight-gradient partials stay in registers for the whole launch
+        (the cap is then 255 registers a thread)."""
+        return 1
 
     def smem_bytes(self) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
@@ -919,14 +920,14 @@ class FusedBackward(_TileCopies):
 
     @cute.jit
     def dh_and_dwc_mma(self, tid: Int32, tiled_dh: cute.TiledMma, thr_dh: Any, tiled_wc: cute.TiledMma,
-                       thr_wc: Any, coord_wc: cute.Tensor, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
-                       sDout: cute.Tensor, rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32,
+                       thr_wc: Any, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
+                       sDout: cute.Tensor, acc_wc: cute.Tensor, mDH: cute.Tensor,
                        b0: Int32, n_samples: Int32, col0: Int32):
         """TF32 phase 3 of one chunk, the two small products on the tensor cores, side by side:
         the first 4 warps dh[b, chunk] = dout + dc @ W_C[chunk]^T (M = samples, padded to
         dc_rows; N = CHUNK; K = D), the other 4 dW_C[chunk] += h^T dc (M = CHUNK, N = D,
-        K = samples, padded to h_rows with zero rows), adding the old partials (rOldWC).
-        Both store 64-bit accumulator pairs. dc, h and W_C were rounded when they were put in
+        K = samples, padded to h_rows with zero rows) into acc_wc, the chunk's dW_C
+        accumulators for the whole launch. dh stores 64-bit pairs. dc, h and W_C were rounded when they were put in
         shared memory. As FFMA (fp32's path) these took 1 + 2D shared loads and 4D FFMAs per 4
         outputs of dh, on half of the threads, and 2 Bt loads per 4 of dW_C."""
         D = self.D
@@ -940,21 +941,16 @@ class FusedBackward(_TileCopies):
                 if b < n_samples:
                     store_pair(mDH[b0 + b, None], col0 + n, sDout[b, n] + acc[i], sDout[b, n + 1] + acc[i + 1])
         else:
-            acc = tiled_wc.make_fragment_C(tiled_wc.partition_shape_C((CHUNK, D)))
-            acc.fill(0.0)
             sHt = cute.make_tensor(sH.iterator, cute.make_layout((CHUNK, self.h_rows), stride=(1, CHUNK + 4)))
             sDCt = cute.make_tensor(sDC.iterator, cute.make_layout((D, self.h_rows), stride=(1, self.dc_pitch)))
-            _mma_smem(tiled_wc, thr_wc, acc, sHt, sDCt, True, a_rounded=True, b_rounded=True)
-            for i in cutlass.range_constexpr(0, cute.size(acc), 2):
-                store_pair(mP[cta, None], self.wc_entry(coord_wc, col0, i), acc[i] + rOldWC[0, i // 2],
-                           acc[i + 1] + rOldWC[1, i // 2])
+            _mma_smem(tiled_wc, thr_wc, acc_wc, sHt, sDCt, True, a_rounded=True, b_rounded=True)
 
     @cute.jit
     def dh_and_dwc_ffma(self, tid: Int32, sDC: cute.Tensor, sWCt: cute.Tensor, sH: cute.Tensor, sDout: cute.Tensor,
-                        rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32, b0: Int32,
-                        n_samples: Int32, col0: Int32):
+                        acc_wc: cute.Tensor, mDH: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32):
         """fp32 phase 3 of one chunk: dh[b, chunk] = dout + dc @ W_C[chunk]^T and dW_C[chunk] +=
-        h^T dc (adding the old partials, rOldWC) as exact float32 FFMA."""
+        h^T dc (into acc_wc [n_wc, 4], the chunk's dW_C for the whole launch) as exact float32
+        FFMA."""
         D, Bt = self.D, self.samples
         quads = D // 4
         n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
@@ -987,8 +983,7 @@ class FusedBackward(_TileCopies):
                     for e in cutlass.range_constexpr(4):
                         v[e] = v[e] + hj * x4[e]
                 for e in cutlass.range_constexpr(4):
-                    v[e] = v[e] + rOldWC[i, e]
-                cute.autovec_copy(v, cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
+                    acc_wc[i, e] = acc_wc[i, e] + v[e]
 
     @cute.kernel
     def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
@@ -1061,9 +1056,18 @@ class FusedBackward(_TileCopies):
         n_ab = cute.size(coord_dw)
         quads = D // 4
         n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
-        # the partials' old values of a chunk: [dW_A|dW_B] accumulator entries, dW_C, dw
-        rOldAB = cute.make_rmem_tensor(cute.make_layout((n_ab,)), Float32)
-        rOldW = cute.make_rmem_tensor(cute.make_layout((1,)), Float32)
+        # The CTA's weight gradients, held in registers over all its tiles and written to its
+        # partials row once at the end: per SH2 chunk the [dW_A|dW_B] MMA accumulators, dW_C's
+        # (TF32: the dW_C half's MMA accumulators; fp32: 4 states a slot) and dw's (one column
+        # a thread, threads < CHUNK). Lists over the chunks: the chunk loop is unrolled, so each
+        # is indexed at trace time (a run-time index would put them in local memory).
+        acc_ab = []
+        for kc in cutlass.range_constexpr(n_chunks):
+            acc_ab.append(tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D))))
+            acc_ab[kc].fill(0.0)
+        acc_w = cute.make_rmem_tensor(cute.make_layout((n_chunks,)), Float32)
+        acc_w.fill(0.0)
+        acc_wc = []
         if const_expr(self.tf32):
             # dh and dW_C on the tensor cores, one half of the CTA (4 warps) each (dh_and_dwc_mma)
             half_tid = tid % (THREADS // 2)
@@ -1072,12 +1076,16 @@ class FusedBackward(_TileCopies):
             thr_dh = tiled_dh.get_slice(half_tid)
             thr_wc = tiled_wc.get_slice(half_tid)
             coord_wc = thr_wc.partition_C(cute.make_identity_tensor((CHUNK, D)))
-            rOldWC = cute.make_rmem_tensor(cute.make_layout((2, cute.size(coord_wc) // 2)), Float32)
+            for kc in cutlass.range_constexpr(n_chunks):
+                acc_wc.append(tiled_wc.make_fragment_C(tiled_wc.partition_shape_C((CHUNK, D))))
+                acc_wc[kc].fill(0.0)
             # h's and dc's rows past the tile's samples: dW_C's K padding, zero for good
             self.zero_rows(sH, Bt, self.h_rows - Bt, CHUNK)
             self.zero_rows(sDC, Bt, self.dc_rows - Bt, D)
         else:
-            rOldWC = cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32)
+            for kc in cutlass.range_constexpr(n_chunks):
+                acc_wc.append(cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32))
+                acc_wc[kc].fill(0.0)
         dsigma = Float32(0.0)  # fp32's running sum (its register allocation is left as it was)
         if const_expr(self.tf32):
             sDsigma[tid] = dsigma
@@ -1212,7 +1220,7 @@ class FusedBackward(_TileCopies):
 
             # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
             self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
-            for kc in cutlass.range(n_chunks, unroll=1):
+            for kc in cutlass.range_constexpr(n_chunks):  # unrolled: the chunk's accumulators by name
                 col0 = kc * CHUNK
                 self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
                 # TF32: h and W_C feed only dW_C's and dh's MMAs in this phase
@@ -1223,7 +1231,7 @@ class FusedBackward(_TileCopies):
                     self.store_rows_transposed(rWC, sWCt, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
                 cute.arch.barrier()
-                if kc + 1 < n_chunks:
+                if const_expr(kc + 1 < n_chunks):
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout)
 
@@ -1252,34 +1260,10 @@ class FusedBackward(_TileCopies):
                         if m < n_samples * K:
                             mDHist[row0 + m, col0 + n] = acc_dh[i]
 
-                # The chunk's partials so far, all loaded before the first of them is stored
-                # (a load after a store to the same array cannot be hoisted above it: one L2
-                # round trip each), and after dh_hist, whose accumulators are then free.
-                rOldAB.fill(0.0)
-                rOldWC.fill(0.0)
-                rOldW.fill(0.0)
-                if tile != cta:
-                    for i in cutlass.range_constexpr(n_ab):
-                        rOldAB[i] = mP[cta, self.ab_entry(coord_dw, col0, i)]
-                    if const_expr(self.tf32):
-                        if tid >= THREADS // 2:  # dW_C's half: its accumulator pairs' old values
-                            for i in cutlass.range_constexpr(0, cute.size(coord_wc), 2):
-                                cute.autovec_copy(cute.local_tile(mP[cta, None], (2,),
-                                                                  (self.wc_entry(coord_wc, col0, i) // 2,)),
-                                                  rOldWC[None, i // 2])
-                    else:
-                        for i in cutlass.range_constexpr(n_wc):
-                            if tid + i * THREADS < CHUNK * quads:
-                                cute.autovec_copy(cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)),
-                                                  rOldWC[i, None])
-                    if tid < CHUNK:
-                        rOldW[0] = mP[cta, 3 * SH2 * D + col0 + tid]
-
                 # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
                 sHistChunk = self.hist_chunk(sHist, kc)
                 sHistT = cute.make_tensor(sHistChunk.iterator, cute.select(sHistChunk.layout, mode=[1, 0]))
-                acc_dw = tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D)))
-                acc_dw.fill(0.0)
+                acc_dw = acc_ab[kc]
                 if const_expr(self.tf32):
                     # K (tile rows) relabeled by _k_pairs_view in both operands: lane (g, t)
                     # reads rows 2t, 2t + 1, whose swizzle spreads the warp's h_hist^T loads
@@ -1289,24 +1273,40 @@ class FusedBackward(_TileCopies):
                               a_rounded=True, b_rounded=True)
                 else:
                     _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
-                for i in cutlass.range_constexpr(n_ab):
-                    mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_dw[i] + rOldAB[i]
 
                 if const_expr(self.tf32):
-                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, coord_wc, sDC, sWC, sH, sDout,
-                                        rOldWC, mDH, mP, cta, b0, n_samples, col0)
+                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWC, sH, sDout,
+                                        acc_wc[kc], mDH, b0, n_samples, col0)
                 else:
-                    self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, rOldWC, mDH, mP, cta, b0, n_samples, col0)
+                    self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, acc_wc[kc], mDH, b0, n_samples, col0)
                 # dw[chunk] += ctx @ dout[:, chunk]
                 if tid < CHUNK:
                     w_sum = Float32(0.0)
                     for b in cutlass.range_constexpr(Bt):
                         w_sum = w_sum + sCtx[b] * sDout[b, tid]
-                    mP[cta, 3 * SH2 * D + col0 + tid] = w_sum + rOldW[0]
+                    acc_w[kc] = acc_w[kc] + w_sum
                 cute.arch.barrier()
                 if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
                     self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
                                          self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
+
+        # The CTA's weight gradients, once: its row of the partials
+        for kc in cutlass.range_constexpr(n_chunks):
+            col0 = kc * CHUNK
+            for i in cutlass.range_constexpr(n_ab):
+                mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_ab[kc][i]
+            if const_expr(self.tf32):
+                if tid >= THREADS // 2:  # the dW_C half
+                    for i in cutlass.range_constexpr(0, cute.size(acc_wc[kc]), 2):
+                        store_pair(mP[cta, None], self.wc_entry(coord_wc, col0, i), acc_wc[kc][i],
+                                   acc_wc[kc][i + 1])
+            else:
+                for i in cutlass.range_constexpr(n_wc):
+                    if tid + i * THREADS < CHUNK * quads:
+                        cute.autovec_copy(acc_wc[kc][i, None],
+                                          cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
+            if tid < CHUNK:
+                mP[cta, 3 * SH2 * D + col0 + tid] = acc_w[kc]
 
         # dsigma: this CTA's sum, reduced in a fixed order
         if const_expr(self.tf32):
