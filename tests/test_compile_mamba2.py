@@ -13,6 +13,7 @@ from foxcute._arrays import Checker  # noqa: E402
 from foxcute.kernels import _cute, mamba2  # noqa: E402
 
 TF32_MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+PHASE3_CHUNKS = mamba2.DEFAULTS["SH2"] // mamba2.CHUNK  # the fused backward unrolls its phase-3 chunk loop
 TF32_WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32"
 LOAD_128 = r"ld\.global(\.nc)?\.v4\.(b32|f32)"
 STORE_128 = r"st\.global\.v4\.(b32|f32)"
@@ -131,12 +132,16 @@ def test_tf32_backward_au_is_one_wgmma_group_per_chunk(ptx):
     # stores for the async proxy before the barrier that precedes the group; the group is
     # waited for before the chunk's closing barrier. dh_hist and dW stay mma.sync: 4 + 8 K
     # steps x 4 + 2 N repeats per chunk; so are dh (2 K steps x 2 N repeats, on one CTA half)
-    # and dW_C (1 K step x 2 N repeats, on the other).
+    # and dW_C (1 K step x 2 N repeats, on the other); phase 3's loop over the 4 chunks is
+    # unrolled (each chunk's weight gradients are registers of their own).
+    # At the defaults the weights are resident (staged once a CTA): the first fence publishes
+    # them, the second is the chunk loop's.
     text = ptx["fused_backward_tf32"]
     _assert_one_wgmma_per_k_step(text)
-    assert text.count(TF32_MMA) == 16 + 16 + 4 + 2
-    fence = text.index("fence.proxy.async.shared::cta")
-    assert text.count("fence.proxy.async.shared::cta") == 1
+    assert text.count(TF32_MMA) == PHASE3_CHUNKS * (16 + 16 + 4 + 2)
+    assert mamba2.FusedBackward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), "tf32").resident
+    assert text.count("fence.proxy.async.shared::cta") == 2
+    fence = text.rindex("fence.proxy.async.shared::cta")
     at = fence
     for step in ["bar.sync", "wgmma.fence.sync.aligned", "wgmma.mma_async", "wgmma.commit_group.sync.aligned",
                  "wgmma.wait_group.sync.aligned \t0", "bar.sync"]:
@@ -183,21 +188,25 @@ def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
     # dependent: four addresses a thread, computed once (ld.shared off four base registers);
     # tests/test_gpu_mamba2.py is what shows those are the right elements. Then dh reads dc
     # K-major at its pitch D + 4, and dW_C h^T, M-major (rows of CHUNK + 4).
+    # Phase 3's chunk loop is unrolled: the same 38 MMAs for each of the SH2 / CHUNK chunks.
     D = mamba2.DEFAULTS["D"]
     text = ptx["fused_backward_tf32"]
-    offsets = _mma_a_operand_offsets(text)
-    assert len(offsets) == 16 + 16 + 4 + 2
+    all_offsets = _mma_a_operand_offsets(text)
+    assert len(all_offsets) == PHASE3_CHUNKS * (16 + 16 + 4 + 2)
     au_row, dc_row, h_row = (2 * D + 4) * 4, (D + 4) * 4, (mamba2.CHUNK + 4) * 4
-    assert offsets[:16] == [(0, 8 * au_row, 16, 8 * au_row + 16)] * 16
-    assert offsets[32:36] == [(0, 8 * dc_row, 16, 8 * dc_row + 16)] * 4
-    assert offsets[36:] == [(0, 32, 4 * h_row, 4 * h_row + 32)] * 2
     _, loads, _ = _shared_loads(text)
     flat = re.sub(r"\s+", " ", text)
-    dw = re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat)[16:32]
-    assert len(dw) == 16 and offsets[16:32] == [None] * 16
-    for operands in dw:  # each register its own scalar load, off its own base register
-        origins = [loads.get(r.strip()) for r in operands.split(",")]
-        assert None not in origins and len({o[0] for o in origins}) == 4, origins
+    all_a = re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat)
+    for c in range(PHASE3_CHUNKS):
+        offsets = all_offsets[38 * c:38 * (c + 1)]
+        assert offsets[:16] == [(0, 8 * au_row, 16, 8 * au_row + 16)] * 16
+        assert offsets[32:36] == [(0, 8 * dc_row, 16, 8 * dc_row + 16)] * 4
+        assert offsets[36:] == [(0, 32, 4 * h_row, 4 * h_row + 32)] * 2
+        dw = all_a[38 * c + 16:38 * c + 32]
+        assert len(dw) == 16 and offsets[16:32] == [None] * 16
+        for operands in dw:  # each register its own scalar load, off its own base register
+            origins = [loads.get(r.strip()) for r in operands.split(",")]
+            assert None not in origins and len({o[0] for o in origins}) == 4, origins
 
 
 def _mma_b_operand_loads(text):
@@ -227,14 +236,17 @@ def test_tf32_b_fragments_load_in_64_bit_pairs(ptx):
     # dh's B (W_C, K-major) and dW_C's (dc^T, K = rows of pitch D + 4) stay scalar: 4 floats
     # and 4 rows apart (6 MMAs a chunk).
     D = mamba2.DEFAULTS["D"]
-    backward = _mma_b_operand_loads(ptx["fused_backward_tf32"])
-    assert None not in backward, backward
-    assert [b[0] for b in backward[:16]] == ["v2"] * 16
-    assert backward[16:32] == [("scalar", 4 * (2 * D + 4))] * 16
-    assert backward[32:] == [("scalar", 16)] * 4 + [("scalar", 4 * (D + 4) * 4)] * 2
-    # 2 more v2 loads: dout pairs in dh's epilogue (of a lane's 4 accumulator pairs, the 2
-    # of rows g + 8 >= Bt = 8 are never stored)
-    assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == 16 + 2
+    all_b = _mma_b_operand_loads(ptx["fused_backward_tf32"])
+    assert None not in all_b, all_b
+    assert len(all_b) == PHASE3_CHUNKS * 38
+    for c in range(PHASE3_CHUNKS):  # phase 3's chunk loop, unrolled
+        backward = all_b[38 * c:38 * (c + 1)]
+        assert [b[0] for b in backward[:16]] == ["v2"] * 16
+        assert backward[16:32] == [("scalar", 4 * (2 * D + 4))] * 16
+        assert backward[32:] == [("scalar", 16)] * 4 + [("scalar", 4 * (D + 4) * 4)] * 2
+    # 2 more v2 loads a chunk: dout pairs in dh's epilogue (of a lane's 4 accumulator pairs,
+    # the 2 of rows g + 8 >= Bt = 8 are never stored)
+    assert ptx["fused_backward_tf32"].count("ld.shared.v2.b32") == PHASE3_CHUNKS * (16 + 2)
 
 
 def _quarter_warp_wavefronts(words):
@@ -319,14 +331,14 @@ def test_fused_forward_keeps_everything_in_registers_at_two_ctas_per_sm(precisio
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
-def test_fused_backward_fits_two_ctas_per_sm_without_spills():
-    # capped at 128 registers (two 256-thread CTAs per SM); the partials' old values are
-    # loaded once dh_hist's accumulators are free and the running dsigma sums live in shared
-    # memory, so nothing spills at the defaults in TF32. (fp32, FFMA products, spills ~36
-    # bytes, in per-tile bookkeeping outside the chunk loops: known, open)
-    assert mamba2.FusedBackward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), "tf32").ctas_per_sm() == 2
+def test_fused_backward_holds_its_partials_in_registers_without_spills():
+    # one 256-thread CTA an SM, so up to 255 registers a thread: the CTA's weight gradients
+    # (32 dW_A|dW_B, 32 dW_C and 4 dw accumulators a thread at the defaults) stay registers
+    # for the whole launch, and nothing spills at the defaults in TF32. (fp32, FFMA products,
+    # spills ~40 bytes: known, open)
+    assert mamba2.FusedBackward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), "tf32").ctas_per_sm() == 1
     report = _report("fused_backward")
-    assert report["registers"] <= 128, report
+    assert report["registers"] <= 255, report
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 

@@ -26,9 +26,12 @@ Two implementations, picked by `impl`:
          [W_A|W_B]^T and [dW_A|dW_B] += h_hist^T @ [da|du] (tensor cores, h_hist still in
          shared memory), dh = dout + dc @ W_C^T and dW_C += h^T dc (TF32: mma.sync, one
          CTA half each; fp32: FFMA, 4 outputs a thread) and dw += ctx^T dout. Each CTA
-         adds its tiles' weight gradients into its own row of a partials array in tile order
-         (the row's old values loaded before any of the chunk's stores); `column_sum` then
+         (one an SM) accumulates its tiles' weight gradients in registers, in tile order,
+         and writes them once, to its own row of a partials array; `column_sum` then
          sums the rows in a fixed order, in one launch. No float atomics: bit-identical runs.
+         TF32, where they fit beside the tile (the defaults; FusedBackward.resident): W_A|W_B
+         and W_C staged in shared memory once a CTA, in every layout the products read,
+         instead of once a chunk and phase.
 "seed"   The trainer's plan, kernel by kernel: foxcute.kernels.gemm GEMMs for a|u and c, a
          batch-parallel scan (one thread per (sample, state)) giving ctx, a readout kernel;
          backward: a reverse-scan kernel giving [da|du], dc, ctx and dsigma partials, then
@@ -49,7 +52,10 @@ float32 FFMA through the same CuTe tiled-MMA partitioning as mma.sync, so that t
 shared. The scans, c, dctx and every reduction are float32 FFMA in both modes.
 
 Registers (ptxas 13.0 for sm_90a, on the CPU): at the defaults nothing spills except the fp32
-backward (~36 bytes, per-tile bookkeeping outside the chunk loops). Over the supported range
+backward (~40 bytes, per-tile bookkeeping outside the chunk loops). The backward's weight
+gradients held in registers for the whole launch (255 a thread at one CTA an SM) spill
+~0.4-1.3 KB at SH2 = 512, D = 32 (the RMW of a partials row each tile, at two CTAs an SM,
+spilled none there); those sizes are correct (GPU tests), not tuned. Over the supported range
 (K in {1, 3, 8, 16}, D in {8, 16, 32}, SH2 in {64, 256, 512}, both kernels and precisions:
 144 configurations) ptxas spills in 30, 26 of them the backward; the most at K = 1, D = 32,
 where a thread carries 8 (sample, state) pairs through the scans (~0.8 KB even at 255
@@ -806,6 +812,27 @@ class FusedBackward(_TileCopies):
     Not kept. Not analysed (the device time was spent); a likely cause is the chunk's
     critical path: the dW half's fragment loads and two waited wgmma groups (its 32 A
     registers at once made ptxas spill) against the other half's three products.
+    Then what the 98 us kernel spends its time on (H200, session 13, GPU check scripts, not
+    committed; graph-replayed kernel alone, one stage left out at a time, results wrong): no
+    per-chunk weight loads -6.2 us, nor their shared stores -7.2, no in-place rounding of
+    h_hist -3.5, no dh_hist product -3.3, no dW product -3.3; the same kernel at one CTA an
+    SM +11.5, and at one CTA with no weight staging +1.1. ncu (--set full, clocks free): L1
+    throughput 81.8%, 3.8 warps a scheduler, 0.53 eligible, issue 30% busy; stalls long
+    scoreboard 21% (the largest single one: dW's add of the partials' old values, loaded
+    from L2 just before), MIO 18%, barrier 15%. So no one stage binds; the RMW of the
+    partials row and the per-chunk weight loads are latencies that the second CTA hides.
+    Loading the old partials before dh_hist instead (more time to arrive) and issuing phase
+    3's first chunk during phase 2: no change (98.8, 99.5 us against 98.7).
+    Hence one CTA an SM, with its weight gradients in registers for the whole launch (no
+    per-tile RMW of the 50 KB partials row, half the partial rows for column_sum) and, in
+    TF32 where they fit, the weights resident (`resident`: 4 * SH2 * (2D + w_pitch3 + 2
+    wc_pitch) bytes more, staged once a CTA by stage_weights, all loads in flight at once).
+    Measured, the whole backward (kernel + column_sum, graph-replayed, same H200 call):
+    two CTAs, RMW (before) 109.6-110.0 us; one CTA, partials in registers 111.9-112.4;
+    both and resident weights 105.0-105.1 (-4%; outputs bit-identical to the one-CTA
+    version, within the tolerances at 7 sizes). Predicted from the variants: ~-10 kernel
+    us; about half of it came. (That check ran dh with W_C rounded at its fragment loads;
+    this version keeps a rounded copy, sWCr, the same bits without cvt.rna in the loop.)
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
@@ -837,18 +864,29 @@ class FusedBackward(_TileCopies):
         # W_C at the c product's conflict-free pitch where two CTAs an SM still fit with it;
         # elsewhere pitch D, as before (never fewer CTAs, never more shared memory at one)
         self.wc_pitch = self.c_product.w_pitch
-        if 2 * self.smem_bytes() > SMEM_PER_SM:
+        if self.smem_bytes() > SMEM_PER_SM:
             self.wc_pitch = D
+        # TF32: W_A|W_B (as a|u's wgmma B operand and as dh_hist's pair layout) and W_C (as
+        # it is for the c product, rounded for dh) staged once a CTA where they fit beside the
+        # tile, instead of once a chunk and phase (see the class docstring)
+        self.resident = self.tf32 and self.smem_bytes(resident=True) <= SMEM_PER_SM
 
     def ctas_per_sm(self) -> int:
-        """Two CTAs per SM where their shared memory fits (registers are then capped at 128)."""
-        return 2 if 2 * self.smem_bytes() <= SMEM_PER_SM else 1
+        """One CTA an SM: its weight-gradient partials stay in registers for the whole launch
+        (the cap is then 255 registers a thread)."""
+        return 1
 
-    def smem_bytes(self) -> int:
+    def smem_bytes(self, resident: bool | None = None) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
-        small = ((self.h_rows + Bt) * (CHUNK + 4) + CHUNK * self.wc_pitch + SH2
+        if resident is None:
+            resident = getattr(self, "resident", False)
+        wc_rows = SH2 if resident else CHUNK
+        small = ((self.h_rows + Bt) * (CHUNK + 4) + wc_rows * self.wc_pitch + SH2
                  + TILE_ROWS * self.au_pitch + self.dc_rows * self.dc_pitch + Bt + THREADS // 32)
         slack = 16 * 10  # alignment slack per allocation
+        if resident:  # [W_A|W_B]^T swizzled, [W_A|W_B] at dh_hist's pitch, W_C rounded too
+            w_floats = 2 * D * SH2 + SH2 * self.w_pitch3 + SH2 * self.wc_pitch
+            return 4 * (TILE_ROWS * SH2 + w_floats + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
         if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
             return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
         # sWCt: W_C[chunk]^T for the FFMA dh
@@ -885,15 +923,43 @@ class FusedBackward(_TileCopies):
                     mDout: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32, rW: cute.Tensor,
                     rH: cute.Tensor, rWC: cute.Tensor, rDout: cute.Tensor,
                     w_transposed: cutlass.Constexpr[bool] = False):
-        """Registers <- SH2 columns col0 : col0 + CHUNK of W_A|W_B, W_C, and h, dout of the
-        tile's samples b0 : b0 + n_samples; W_A|W_B for store_weights_t if `w_transposed`."""
-        if const_expr(w_transposed):
-            self.fetch_weights_t(mWA, mWB, col0, rW)
-        else:
-            self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
+        """Registers <- SH2 columns col0 : col0 + CHUNK of W_A|W_B, W_C (unless they are
+        resident), and h, dout of the tile's samples b0 : b0 + n_samples; W_A|W_B for
+        store_weights_t if `w_transposed`."""
+        if const_expr(not self.resident):
+            if const_expr(w_transposed):
+                self.fetch_weights_t(mWA, mWB, col0, rW)
+            else:
+                self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
+            self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
         self.fetch_rows(mH, b0, n_samples, col0, rH, self.samples, CHUNK)
-        self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
         self.fetch_rows(mDout, b0, n_samples, col0, rDout, self.samples, CHUNK)
+
+    @cute.jit
+    def stage_weights(self, mWA: cute.Tensor, mWB: cute.Tensor, mWC: cute.Tensor, sWt: cute.Tensor,
+                      sW3: cute.Tensor, sWC: cute.Tensor, sWCr: cute.Tensor):
+        """The resident weights, once a CTA: sWt (2D, CHUNK, chunks) <- [W_A|W_B]^T rounded
+        (a|u's wgmma B), sW3 (SH2, 2D) <- [W_A|W_B] rounded (dh_hist's B), sWC (SH2, D) <-
+        W_C as it is (the c product's FFMA) and sWCr <- W_C rounded (dh's B). Every chunk's
+        loads are issued before the first store: one round trip, not one a chunk."""
+        D = self.D
+        n_chunks = self.SH2 // CHUNK
+        slots_w = _slots(CHUNK * 2 * D // 4)
+        slots_wc = _slots(CHUNK * D // 4)
+        rT, rAB, rC = [], [], []
+        for kc in cutlass.range_constexpr(n_chunks):
+            rT.append(cute.make_rmem_tensor(cute.make_layout((4, slots_w)), Float32))
+            rAB.append(cute.make_rmem_tensor(cute.make_layout((4, slots_w)), Float32))
+            rC.append(cute.make_rmem_tensor(cute.make_layout((4, slots_wc)), Float32))
+            self.fetch_weights_t(mWA, mWB, kc * CHUNK, rT[kc])
+            self.fetch_weights_ab(mWA, mWB, kc * CHUNK, rAB[kc], D)
+            self.fetch_rows(mWC, kc * CHUNK, CHUNK, 0, rC[kc], CHUNK, D)
+        for kc in cutlass.range_constexpr(n_chunks):
+            self.store_weights_t(rT[kc], sWt[None, None, kc])
+            self.store_rows(rAB[kc], cute.local_tile(sW3, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D, True)
+            self.store_rows(rC[kc], cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
+            self.store_rows(rC[kc], cute.local_tile(sWCr, (CHUNK, D), (kc, 0)), CHUNK, D, True)
+        _wgmma.publish()  # sWt -> the tensor cores; a barrier follows before the first wgmma
 
     def hist_chunk(self, sHist: cute.Tensor, kc: Int32) -> cute.Tensor:
         """The (TILE_ROWS, CHUNK) h_hist chunk kc of the tile in shared memory."""
@@ -919,14 +985,14 @@ class FusedBackward(_TileCopies):
 
     @cute.jit
     def dh_and_dwc_mma(self, tid: Int32, tiled_dh: cute.TiledMma, thr_dh: Any, tiled_wc: cute.TiledMma,
-                       thr_wc: Any, coord_wc: cute.Tensor, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
-                       sDout: cute.Tensor, rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32,
+                       thr_wc: Any, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
+                       sDout: cute.Tensor, acc_wc: cute.Tensor, mDH: cute.Tensor,
                        b0: Int32, n_samples: Int32, col0: Int32):
         """TF32 phase 3 of one chunk, the two small products on the tensor cores, side by side:
         the first 4 warps dh[b, chunk] = dout + dc @ W_C[chunk]^T (M = samples, padded to
         dc_rows; N = CHUNK; K = D), the other 4 dW_C[chunk] += h^T dc (M = CHUNK, N = D,
-        K = samples, padded to h_rows with zero rows), adding the old partials (rOldWC).
-        Both store 64-bit accumulator pairs. dc, h and W_C were rounded when they were put in
+        K = samples, padded to h_rows with zero rows) into acc_wc, the chunk's dW_C
+        accumulators for the whole launch. dh stores 64-bit pairs. dc, h and W_C were rounded when they were put in
         shared memory. As FFMA (fp32's path) these took 1 + 2D shared loads and 4D FFMAs per 4
         outputs of dh, on half of the threads, and 2 Bt loads per 4 of dW_C."""
         D = self.D
@@ -940,21 +1006,16 @@ class FusedBackward(_TileCopies):
                 if b < n_samples:
                     store_pair(mDH[b0 + b, None], col0 + n, sDout[b, n] + acc[i], sDout[b, n + 1] + acc[i + 1])
         else:
-            acc = tiled_wc.make_fragment_C(tiled_wc.partition_shape_C((CHUNK, D)))
-            acc.fill(0.0)
             sHt = cute.make_tensor(sH.iterator, cute.make_layout((CHUNK, self.h_rows), stride=(1, CHUNK + 4)))
             sDCt = cute.make_tensor(sDC.iterator, cute.make_layout((D, self.h_rows), stride=(1, self.dc_pitch)))
-            _mma_smem(tiled_wc, thr_wc, acc, sHt, sDCt, True, a_rounded=True, b_rounded=True)
-            for i in cutlass.range_constexpr(0, cute.size(acc), 2):
-                store_pair(mP[cta, None], self.wc_entry(coord_wc, col0, i), acc[i] + rOldWC[0, i // 2],
-                           acc[i + 1] + rOldWC[1, i // 2])
+            _mma_smem(tiled_wc, thr_wc, acc_wc, sHt, sDCt, True, a_rounded=True, b_rounded=True)
 
     @cute.jit
     def dh_and_dwc_ffma(self, tid: Int32, sDC: cute.Tensor, sWCt: cute.Tensor, sH: cute.Tensor, sDout: cute.Tensor,
-                        rOldWC: cute.Tensor, mDH: cute.Tensor, mP: cute.Tensor, cta: Int32, b0: Int32,
-                        n_samples: Int32, col0: Int32):
+                        acc_wc: cute.Tensor, mDH: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32):
         """fp32 phase 3 of one chunk: dh[b, chunk] = dout + dc @ W_C[chunk]^T and dW_C[chunk] +=
-        h^T dc (adding the old partials, rOldWC) as exact float32 FFMA."""
+        h^T dc (into acc_wc [n_wc, 4], the chunk's dW_C for the whole launch) as exact float32
+        FFMA."""
         D, Bt = self.D, self.samples
         quads = D // 4
         n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
@@ -987,8 +1048,7 @@ class FusedBackward(_TileCopies):
                     for e in cutlass.range_constexpr(4):
                         v[e] = v[e] + hj * x4[e]
                 for e in cutlass.range_constexpr(4):
-                    v[e] = v[e] + rOldWC[i, e]
-                cute.autovec_copy(v, cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
+                    acc_wc[i, e] = acc_wc[i, e] + v[e]
 
     @cute.kernel
     def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
@@ -1003,8 +1063,12 @@ class FusedBackward(_TileCopies):
             # a|u's wgmma operands (see _wgmma), K-major and 128B-swizzled: the h_hist tile as
             # (TILE_ROWS, CHUNK, chunks), chunk kc = [None, None, kc], and [W_A|W_B]^T of a chunk
             sHist = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK, n_chunks))
-            sWbuf = smem.allocate_tensor(Float32, cute.make_layout((self.w_floats(),)), _wgmma.ATOM_BYTES)
-            sWt = _wgmma.sw128_view(sWbuf.iterator, (2 * D, CHUNK))
+            if const_expr(self.resident):
+                sWt = _wgmma.allocate_sw128(smem, (2 * D, CHUNK, n_chunks))
+                sW3all = smem.allocate_tensor(Float32, cute.make_layout((SH2, 2 * D), stride=(self.w_pitch3, 1)), 16)
+            else:
+                sWbuf = smem.allocate_tensor(Float32, cute.make_layout((self.w_floats(),)), _wgmma.ATOM_BYTES)
+                sWt = _wgmma.sw128_view(sWbuf.iterator, (2 * D, CHUNK))
         else:
             hist_layout = cute.make_layout((TILE_ROWS, SH2), stride=(self.hist_pitch, 1))
             sHist = smem.allocate_tensor(Float32, hist_layout, 16)
@@ -1013,10 +1077,15 @@ class FusedBackward(_TileCopies):
             sW1 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch1, 1)))
             # [W_A|W_B]^T (2D, Kc) for a|u
             sWt = cute.make_tensor(sW1.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch1)))
-        sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
+        if const_expr(not self.resident):
+            sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
         sH = smem.allocate_tensor(Float32, cute.make_layout((self.h_rows, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
-        sWC = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, D), stride=(self.wc_pitch, 1)), 16)
+        wc_rows = SH2 if const_expr(self.resident) else CHUNK
+        sWCall = smem.allocate_tensor(Float32, cute.make_layout((wc_rows, D), stride=(self.wc_pitch, 1)), 16)
+        sWC = cute.local_tile(sWCall, (CHUNK, D), (0, 0))
+        if const_expr(self.resident):  # W_C rounded, dh's B operand
+            sWCr = smem.allocate_tensor(Float32, cute.make_layout((SH2, D), stride=(self.wc_pitch, 1)), 16)
         # fp32's phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit
         # distinct banks (TF32's dh reads sWC, restaged rounded, as its MMA's B operand)
         sWCt = None
@@ -1061,9 +1130,18 @@ class FusedBackward(_TileCopies):
         n_ab = cute.size(coord_dw)
         quads = D // 4
         n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
-        # the partials' old values of a chunk: [dW_A|dW_B] accumulator entries, dW_C, dw
-        rOldAB = cute.make_rmem_tensor(cute.make_layout((n_ab,)), Float32)
-        rOldW = cute.make_rmem_tensor(cute.make_layout((1,)), Float32)
+        # The CTA's weight gradients, held in registers over all its tiles and written to its
+        # partials row once at the end: per SH2 chunk the [dW_A|dW_B] MMA accumulators, dW_C's
+        # (TF32: the dW_C half's MMA accumulators; fp32: 4 states a slot) and dw's (one column
+        # a thread, threads < CHUNK). Lists over the chunks: the chunk loop is unrolled, so each
+        # is indexed at trace time (a run-time index would put them in local memory).
+        acc_ab = []
+        for kc in cutlass.range_constexpr(n_chunks):
+            acc_ab.append(tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D))))
+            acc_ab[kc].fill(0.0)
+        acc_w = cute.make_rmem_tensor(cute.make_layout((n_chunks,)), Float32)
+        acc_w.fill(0.0)
+        acc_wc = []
         if const_expr(self.tf32):
             # dh and dW_C on the tensor cores, one half of the CTA (4 warps) each (dh_and_dwc_mma)
             half_tid = tid % (THREADS // 2)
@@ -1072,12 +1150,16 @@ class FusedBackward(_TileCopies):
             thr_dh = tiled_dh.get_slice(half_tid)
             thr_wc = tiled_wc.get_slice(half_tid)
             coord_wc = thr_wc.partition_C(cute.make_identity_tensor((CHUNK, D)))
-            rOldWC = cute.make_rmem_tensor(cute.make_layout((2, cute.size(coord_wc) // 2)), Float32)
+            for kc in cutlass.range_constexpr(n_chunks):
+                acc_wc.append(tiled_wc.make_fragment_C(tiled_wc.partition_shape_C((CHUNK, D))))
+                acc_wc[kc].fill(0.0)
             # h's and dc's rows past the tile's samples: dW_C's K padding, zero for good
             self.zero_rows(sH, Bt, self.h_rows - Bt, CHUNK)
             self.zero_rows(sDC, Bt, self.dc_rows - Bt, D)
         else:
-            rOldWC = cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32)
+            for kc in cutlass.range_constexpr(n_chunks):
+                acc_wc.append(cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32))
+                acc_wc[kc].fill(0.0)
         dsigma = Float32(0.0)  # fp32's running sum (its register allocation is left as it was)
         if const_expr(self.tf32):
             sDsigma[tid] = dsigma
@@ -1087,6 +1169,9 @@ class FusedBackward(_TileCopies):
             if tid + i * THREADS < SH2 // 4:
                 cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (tid + i * THREADS,)),
                                   cute.local_tile(sWv[0, None], (4,), (tid + i * THREADS,)))
+
+        if const_expr(self.resident):
+            self.stage_weights(mWA, mWB, mWC, sWt, sW3all, sWCall, sWCr)
 
         # The first tile's whole h_hist tile in flight at once, straight into shared memory,
         # one cp.async group per chunk so that chunk 0 is multiplied while the rest arrive.
@@ -1115,12 +1200,16 @@ class FusedBackward(_TileCopies):
                 for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
                     if kc == j:
                         cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
-                if const_expr(self.tf32):
-                    self.store_weights_t(rW, sWt)
+                if const_expr(self.resident):
+                    sWCk = cute.local_tile(sWCall, (CHUNK, D), (kc, 0))
                 else:
-                    self.store_rows(rW, sW1, CHUNK, 2 * D)
+                    sWCk = sWC
+                    if const_expr(self.tf32):
+                        self.store_weights_t(rW, sWt)
+                    else:
+                        self.store_rows(rW, sW1, CHUNK, 2 * D)
+                    self.store_rows(rWC, sWC, CHUNK, D)
                 self.store_rows(rH, sH, Bt, CHUNK)
-                self.store_rows(rWC, sWC, CHUNK, D)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
                 if const_expr(self.tf32):
                     # rounded once here (the tensor cores would truncate), not at each of dW's
@@ -1134,13 +1223,16 @@ class FusedBackward(_TileCopies):
                     # sHist and sWt while the next chunk's loads are issued and c, dctx
                     # accumulate; waited for before the closing barrier, after which sWt is rewritten
                     if mma_group:
-                        _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,))
+                        if const_expr(self.resident):
+                            _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,), b_at=(kc,))
+                        else:
+                            _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,))
                 if kc + 1 < n_chunks:
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout, self.tf32)
                 if const_expr(not self.tf32):
                     _mma_smem(tiled_au, thr_au, acc, sHistChunk, sWt, False)
-                self.c_product.accumulate(c_acc, sH, sWC, tid)
+                self.c_product.accumulate(c_acc, sH, sWCk, tid)
                 for p in cutlass.range_constexpr(self.pairs):
                     pair = tid + p * THREADS
                     if pair < Bt * D:
@@ -1212,18 +1304,24 @@ class FusedBackward(_TileCopies):
 
             # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
             self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
-            for kc in cutlass.range(n_chunks, unroll=1):
+            for kc in cutlass.range_constexpr(n_chunks):  # unrolled: the chunk's accumulators by name
                 col0 = kc * CHUNK
-                self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
-                # TF32: h and W_C feed only dW_C's and dh's MMAs in this phase
-                self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
-                if const_expr(self.tf32):
-                    self.store_rows(rWC, sWC, CHUNK, D, True)
+                if const_expr(self.resident):
+                    sW3k = cute.local_tile(sW3all, (CHUNK, 2 * D), (kc, 0))
+                    sWCk = cute.local_tile(sWCr, (CHUNK, D), (kc, 0))
                 else:
-                    self.store_rows_transposed(rWC, sWCt, CHUNK, D)
+                    sW3k, sWCk = sW3, sWC
+                    self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
+                    # TF32: W_C feeds only dh's MMA in this phase
+                    if const_expr(self.tf32):
+                        self.store_rows(rWC, sWC, CHUNK, D, True)
+                    else:
+                        self.store_rows_transposed(rWC, sWCt, CHUNK, D)
+                # TF32: h feeds only dW_C's MMA in this phase
+                self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
                 self.store_rows(rDout, sDout, Bt, CHUNK)
                 cute.arch.barrier()
-                if kc + 1 < n_chunks:
+                if const_expr(kc + 1 < n_chunks):
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout)
 
@@ -1233,7 +1331,7 @@ class FusedBackward(_TileCopies):
                 if const_expr(self.tf32):
                     # K relabeled by _k_pairs_view: W's fragment pairs adjacent; sAUk holds
                     # [da|du] in that K order (_k_order_view), so it is read as stored
-                    _mma_smem(tiled, thr, acc_dh, sAUk, _k_pairs_view(sW3), True, a_rounded=True,
+                    _mma_smem(tiled, thr, acc_dh, sAUk, _k_pairs_view(sW3k), True, a_rounded=True,
                               b_rounded=True, b_pairs=True)
                 else:
                     _mma_smem(tiled, thr, acc_dh, sAU, sW3, False)
@@ -1252,34 +1350,10 @@ class FusedBackward(_TileCopies):
                         if m < n_samples * K:
                             mDHist[row0 + m, col0 + n] = acc_dh[i]
 
-                # The chunk's partials so far, all loaded before the first of them is stored
-                # (a load after a store to the same array cannot be hoisted above it: one L2
-                # round trip each), and after dh_hist, whose accumulators are then free.
-                rOldAB.fill(0.0)
-                rOldWC.fill(0.0)
-                rOldW.fill(0.0)
-                if tile != cta:
-                    for i in cutlass.range_constexpr(n_ab):
-                        rOldAB[i] = mP[cta, self.ab_entry(coord_dw, col0, i)]
-                    if const_expr(self.tf32):
-                        if tid >= THREADS // 2:  # dW_C's half: its accumulator pairs' old values
-                            for i in cutlass.range_constexpr(0, cute.size(coord_wc), 2):
-                                cute.autovec_copy(cute.local_tile(mP[cta, None], (2,),
-                                                                  (self.wc_entry(coord_wc, col0, i) // 2,)),
-                                                  rOldWC[None, i // 2])
-                    else:
-                        for i in cutlass.range_constexpr(n_wc):
-                            if tid + i * THREADS < CHUNK * quads:
-                                cute.autovec_copy(cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)),
-                                                  rOldWC[i, None])
-                    if tid < CHUNK:
-                        rOldW[0] = mP[cta, 3 * SH2 * D + col0 + tid]
-
                 # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
                 sHistChunk = self.hist_chunk(sHist, kc)
                 sHistT = cute.make_tensor(sHistChunk.iterator, cute.select(sHistChunk.layout, mode=[1, 0]))
-                acc_dw = tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D)))
-                acc_dw.fill(0.0)
+                acc_dw = acc_ab[kc]
                 if const_expr(self.tf32):
                     # K (tile rows) relabeled by _k_pairs_view in both operands: lane (g, t)
                     # reads rows 2t, 2t + 1, whose swizzle spreads the warp's h_hist^T loads
@@ -1289,24 +1363,40 @@ class FusedBackward(_TileCopies):
                               a_rounded=True, b_rounded=True)
                 else:
                     _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
-                for i in cutlass.range_constexpr(n_ab):
-                    mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_dw[i] + rOldAB[i]
 
                 if const_expr(self.tf32):
-                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, coord_wc, sDC, sWC, sH, sDout,
-                                        rOldWC, mDH, mP, cta, b0, n_samples, col0)
+                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sH, sDout,
+                                        acc_wc[kc], mDH, b0, n_samples, col0)
                 else:
-                    self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, rOldWC, mDH, mP, cta, b0, n_samples, col0)
+                    self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, acc_wc[kc], mDH, b0, n_samples, col0)
                 # dw[chunk] += ctx @ dout[:, chunk]
                 if tid < CHUNK:
                     w_sum = Float32(0.0)
                     for b in cutlass.range_constexpr(Bt):
                         w_sum = w_sum + sCtx[b] * sDout[b, tid]
-                    mP[cta, 3 * SH2 * D + col0 + tid] = w_sum + rOldW[0]
+                    acc_w[kc] = acc_w[kc] + w_sum
                 cute.arch.barrier()
                 if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
                     self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
                                          self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
+
+        # The CTA's weight gradients, once: its row of the partials
+        for kc in cutlass.range_constexpr(n_chunks):
+            col0 = kc * CHUNK
+            for i in cutlass.range_constexpr(n_ab):
+                mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_ab[kc][i]
+            if const_expr(self.tf32):
+                if tid >= THREADS // 2:  # the dW_C half
+                    for i in cutlass.range_constexpr(0, cute.size(acc_wc[kc]), 2):
+                        store_pair(mP[cta, None], self.wc_entry(coord_wc, col0, i), acc_wc[kc][i],
+                                   acc_wc[kc][i + 1])
+            else:
+                for i in cutlass.range_constexpr(n_wc):
+                    if tid + i * THREADS < CHUNK * quads:
+                        cute.autovec_copy(acc_wc[kc][i, None],
+                                          cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
+            if tid < CHUNK:
+                mP[cta, 3 * SH2 * D + col0 + tid] = acc_w[kc]
 
         # dsigma: this CTA's sum, reduced in a fixed order
         if const_expr(self.tf32):
