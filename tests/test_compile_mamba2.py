@@ -342,6 +342,21 @@ def test_fused_backward_holds_its_partials_in_registers_without_spills():
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
+def test_fused_backward_fits_one_cta_an_sm_over_the_supported_range():
+    # every supported size launches (one CTA an SM); TF32 keeps the weights resident exactly
+    # where they fit beside the tile: the defaults do, SH2 = 512 with D = 32 does not
+    for K in (1, 3, 8, 16):
+        for SH2 in (64, 256, 512):
+            for D in mamba2.SUPPORTED_D:
+                for precision in mamba2.PRECISIONS:
+                    kernel = mamba2.FusedBackward(K, SH2, D, precision)
+                    assert kernel.smem_bytes() <= mamba2.SMEM_PER_SM, (K, SH2, D, precision)
+                    fits = kernel.smem_bytes(resident=True) <= mamba2.SMEM_PER_SM
+                    assert kernel.resident == (precision == "tf32" and fits), (K, SH2, D, precision)
+    assert mamba2.FusedBackward(8, 256, 16, "tf32").resident
+    assert not mamba2.FusedBackward(8, 512, 32, "tf32").resident
+
+
 def _checker(B, K, SH2, D):
     chk = Checker("test", gpu=False)
     # only shapes matter here: a zero-stride view stands in for a large h_hist
