@@ -867,6 +867,7 @@ class FusedBackward(_TileCopies):
         # W_C at the c product's conflict-free pitch where the CTA still fits with it;
         # elsewhere pitch D
         self.wc_pitch = self.c_product.w_pitch
+        self.resident = False  # decided below, at the pitch chosen here
         if self.smem_bytes() > SMEM_PER_SM:
             self.wc_pitch = D
         # TF32: W_A|W_B (as a|u's wgmma B operand and as dh_hist's pair layout) and W_C (as
@@ -882,7 +883,7 @@ class FusedBackward(_TileCopies):
     def smem_bytes(self, resident: bool | None = None) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
         if resident is None:
-            resident = getattr(self, "resident", False)
+            resident = self.resident
         wc_rows = SH2 if resident else CHUNK
         small = ((self.h_rows + Bt) * (CHUNK + 4) + wc_rows * self.wc_pitch + SH2
                  + TILE_ROWS * self.au_pitch + self.dc_rows * self.dc_pitch + Bt + THREADS // 32)
@@ -995,8 +996,8 @@ class FusedBackward(_TileCopies):
         the first 4 warps dh[b, chunk] = dout + dc @ W_C[chunk]^T (M = samples, padded to
         dc_rows; N = CHUNK; K = D), the other 4 dW_C[chunk] += h^T dc (M = CHUNK, N = D,
         K = samples, padded to h_rows with zero rows) into acc_wc, the chunk's dW_C
-        accumulators for the whole launch. dh stores 64-bit pairs. dc, h and W_C were rounded when they were put in
-        shared memory. As FFMA (fp32's path) these took 1 + 2D shared loads and 4D FFMAs per 4
+        accumulators for the whole launch. dh stores 64-bit pairs. dc, h and W_C were rounded
+        when they were put in shared memory. As FFMA (fp32's path) these took 1 + 2D shared loads and 4D FFMAs per 4
         outputs of dh, on half of the threads, and 2 Bt loads per 4 of dW_C."""
         D = self.D
         if tid < THREADS // 2:
@@ -1225,11 +1226,9 @@ class FusedBackward(_TileCopies):
                     # the chunk's a|u as one wgmma group, issued first: the tensor cores read
                     # sHist and sWt while the next chunk's loads are issued and c, dctx
                     # accumulate; waited for before the closing barrier, after which sWt is rewritten
-                    if mma_group:
-                        if const_expr(self.resident):
-                            _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,), b_at=(kc,))
-                        else:
-                            _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,))
+                    if mma_group:  # resident: the chunk's own [W_A|W_B]^T; else the one staged
+                        _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,),
+                                         b_at=(kc,) if const_expr(self.resident) else ())
                 if kc + 1 < n_chunks:
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout, self.tf32)
