@@ -883,29 +883,35 @@ class FusedBackward(_TileCopies):
         # W_C at the c product's conflict-free pitch where the CTA still fits with it;
         # elsewhere pitch D
         self.wc_pitch = self.c_product.w_pitch
-        self.resident = False  # decided below, at the pitch chosen here
+        self.resident = self.rows_resident = False  # decided below, at the pitch chosen here
         if self.smem_bytes() > SMEM_PER_SM:
             self.wc_pitch = D
         # TF32: W_A|W_B (as a|u's wgmma B operand and as dh_hist's pair layout) and W_C (as
         # it is for the c product, rounded for dh) staged once a CTA where they fit beside the
         # tile, instead of once a chunk and phase (see the class docstring)
-        self.resident = self.tf32 and self.smem_bytes(resident=True) <= SMEM_PER_SM
+        self.resident = self.tf32 and self.smem_bytes(resident=True, rows_resident=False) <= SMEM_PER_SM
+        # and, where that still fits, the tile's whole h and dout (cp.async with its h_hist)
+        self.rows_resident = self.resident and self.smem_bytes(resident=True, rows_resident=True) <= SMEM_PER_SM
 
     def ctas_per_sm(self) -> int:
         """One CTA an SM: its weight-gradient partials stay in registers for the whole launch
         (the cap is then 255 registers a thread)."""
         return 1
 
-    def smem_bytes(self, resident: bool | None = None) -> int:
+    def smem_bytes(self, resident: bool | None = None, rows_resident: bool | None = None) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
         if resident is None:
             resident = self.resident
+        if rows_resident is None:
+            rows_resident = self.rows_resident
         wc_rows = SH2 if resident else CHUNK
         small = ((self.h_rows + Bt) * (CHUNK + 4) + wc_rows * self.wc_pitch + SH2
                  + TILE_ROWS * self.au_pitch + self.dc_rows * self.dc_pitch + Bt + THREADS // 32)
         slack = 16 * 10  # alignment slack per allocation
         if resident:  # [W_A|W_B]^T swizzled, [W_A|W_B] at dh_hist's pitch, W_C rounded too
-            w_floats = 2 * D * SH2 + SH2 * self.w_pitch3 + SH2 * self.wc_pitch + 2 * Bt * (SH2 + 4)
+            w_floats = 2 * D * SH2 + SH2 * self.w_pitch3 + SH2 * self.wc_pitch
+            if rows_resident:  # the tile's h and dout, whole
+                w_floats += 2 * Bt * (SH2 + 4)
             return 4 * (TILE_ROWS * SH2 + w_floats + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
         if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
             return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
@@ -1106,6 +1112,7 @@ class FusedBackward(_TileCopies):
         sWC = cute.local_tile(sWCall, (CHUNK, D), (0, 0))
         if const_expr(self.resident):  # W_C rounded, dh's B operand
             sWCr = smem.allocate_tensor(Float32, cute.make_layout((SH2, D), stride=(self.wc_pitch, 1)), 16)
+        if const_expr(self.rows_resident):
             # the tile's h and dout, whole, brought by cp.async with its h_hist chunks (pitch
             # SH2 + 4 = 4 mod 32 words, as CHUNK + 4: the same banks as the chunk buffers)
             sHall = smem.allocate_tensor(Float32, cute.make_layout((Bt, SH2), stride=(SH2 + 4, 1)), 16)
@@ -1204,7 +1211,7 @@ class FusedBackward(_TileCopies):
         num_tiles = (batch + Bt - 1) // Bt
         first_samples = cutlass.min(batch - cta * Bt, Bt)
         for kc in cutlass.range(n_chunks, unroll=1):
-            if const_expr(self.resident):  # h and dout in the chunk's group
+            if const_expr(self.rows_resident):  # h and dout in the chunk's group
                 self.copy_rows_async(mH, cta * Bt, first_samples, kc * CHUNK,
                                      cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
                 self.copy_rows_async(mDout, cta * Bt, first_samples, kc * CHUNK,
@@ -1223,7 +1230,7 @@ class FusedBackward(_TileCopies):
             acc.fill(0.0)
             c_acc.fill(0.0)
             dctx_acc.fill(0.0)
-            if const_expr(not self.resident):
+            if const_expr(not self.rows_resident):
                 self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
             for kc in cutlass.range(n_chunks, unroll=1):
                 sHistChunk = self.hist_chunk(sHist, kc)
@@ -1239,7 +1246,7 @@ class FusedBackward(_TileCopies):
                     else:
                         self.store_rows(rW, sW1, CHUNK, 2 * D)
                     self.store_rows(rWC, sWC, CHUNK, D)
-                if const_expr(self.resident):  # arrived with the chunk's h_hist
+                if const_expr(self.rows_resident):  # arrived with the chunk's h_hist
                     sHk = cute.local_tile(sHall, (Bt, CHUNK), (0, kc))
                     sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
                 else:
@@ -1260,7 +1267,7 @@ class FusedBackward(_TileCopies):
                     if mma_group:  # resident: the chunk's own [W_A|W_B]^T; else the one staged
                         _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,),
                                          b_at=(kc,) if const_expr(self.resident) else ())
-                if const_expr(not self.resident):
+                if const_expr(not self.rows_resident):
                     if kc + 1 < n_chunks:
                         self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                          rW, rH, rWC, rDout, self.tf32)
@@ -1337,7 +1344,7 @@ class FusedBackward(_TileCopies):
             cute.arch.barrier()
 
             # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
-            if const_expr(not self.resident):
+            if const_expr(not self.rows_resident):
                 self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
             for kc in cutlass.range_constexpr(n_chunks):  # unrolled: the chunk's accumulators by name
                 col0 = kc * CHUNK
@@ -1353,7 +1360,7 @@ class FusedBackward(_TileCopies):
                     else:
                         self.store_rows_transposed(rWC, sWCt, CHUNK, D)
                 # TF32: h feeds only dW_C's MMA in this phase
-                if const_expr(self.resident):
+                if const_expr(self.rows_resident):
                     self.round_rows_into(cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), sH, Bt, CHUNK)
                     sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
                 else:
@@ -1361,7 +1368,7 @@ class FusedBackward(_TileCopies):
                     self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
                     self.store_rows(rDout, sDout, Bt, CHUNK)
                 cute.arch.barrier()
-                if const_expr(kc + 1 < n_chunks and not self.resident):
+                if const_expr(kc + 1 < n_chunks and not self.rows_resident):
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout)
 
@@ -1417,7 +1424,7 @@ class FusedBackward(_TileCopies):
                     acc_w[kc] = acc_w[kc] + w_sum
                 cute.arch.barrier()
                 if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
-                    if const_expr(self.resident):  # and its h, dout: the next tile's join its group
+                    if const_expr(self.rows_resident):  # and its h, dout: the next tile's join its group
                         self.copy_rows_async(mH, next_b0, next_samples, col0,
                                              cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
                         self.copy_rows_async(mDout, next_b0, next_samples, col0,
