@@ -376,9 +376,11 @@ class _TileCopies:
 
     @cute.jit
     def copy_rows_async(self, src: cute.Tensor, row0: Int32, n_valid: Int32, col0: Int32,
-                        dst: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int]):
+                        dst: cute.Tensor, rows: cutlass.Constexpr[int], width: cutlass.Constexpr[int],
+                        commit: cutlass.Constexpr[bool] = True):
         """dst[r, 0:width] <- src[row0 + r, col0 : col0 + width] by cp.async, 16 bytes each and
-        no registers held; rows >= n_valid are zeroed. Commits one cp.async group."""
+        no registers held; rows >= n_valid are zeroed. Commits one cp.async group (unless not
+        `commit`: the copies then join the next copy's group)."""
         atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
                                    Float32, num_bits_per_copy=128)
         zeros = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
@@ -389,7 +391,21 @@ class _TileCopies:
                           cute.local_tile(dst[r, None], (4,), (q,)))
             elif idx < rows * (width // 4):
                 cute.autovec_copy(zeros, cute.local_tile(dst[r, None], (4,), (q,)))
-        cute.arch.cp_async_commit_group()
+        if const_expr(commit):
+            cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def round_rows_into(self, src: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
+                        width: cutlass.Constexpr[int]):
+        """dst[r, 0:width] <- src[r, 0:width] rounded to TF32, both in shared memory, 16 bytes
+        at a time."""
+        v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        for _, idx, r, q in self.thread_vectors(rows, width):
+            if idx < rows * (width // 4):
+                cute.autovec_copy(cute.local_tile(src[r, None], (4,), (q,)), v)
+                for e in cutlass.range_constexpr(4):
+                    v[e] = tf32_operand(v[e])
+                cute.autovec_copy(v, cute.local_tile(dst[r, None], (4,), (q,)))
 
     @cute.jit
     def zero_rows(self, dst: cute.Tensor, first: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
@@ -867,29 +883,35 @@ class FusedBackward(_TileCopies):
         # W_C at the c product's conflict-free pitch where the CTA still fits with it;
         # elsewhere pitch D
         self.wc_pitch = self.c_product.w_pitch
-        self.resident = False  # decided below, at the pitch chosen here
+        self.resident = self.rows_resident = False  # decided below, at the pitch chosen here
         if self.smem_bytes() > SMEM_PER_SM:
             self.wc_pitch = D
         # TF32: W_A|W_B (as a|u's wgmma B operand and as dh_hist's pair layout) and W_C (as
         # it is for the c product, rounded for dh) staged once a CTA where they fit beside the
         # tile, instead of once a chunk and phase (see the class docstring)
-        self.resident = self.tf32 and self.smem_bytes(resident=True) <= SMEM_PER_SM
+        self.resident = self.tf32 and self.smem_bytes(resident=True, rows_resident=False) <= SMEM_PER_SM
+        # and, where that still fits, the tile's whole h and dout (cp.async with its h_hist)
+        self.rows_resident = self.resident and self.smem_bytes(resident=True, rows_resident=True) <= SMEM_PER_SM
 
     def ctas_per_sm(self) -> int:
         """One CTA an SM: its weight-gradient partials stay in registers for the whole launch
         (the cap is then 255 registers a thread)."""
         return 1
 
-    def smem_bytes(self, resident: bool | None = None) -> int:
+    def smem_bytes(self, resident: bool | None = None, rows_resident: bool | None = None) -> int:
         D, SH2, Bt = self.D, self.SH2, self.samples
         if resident is None:
             resident = self.resident
+        if rows_resident is None:
+            rows_resident = self.rows_resident
         wc_rows = SH2 if resident else CHUNK
         small = ((self.h_rows + Bt) * (CHUNK + 4) + wc_rows * self.wc_pitch + SH2
                  + TILE_ROWS * self.au_pitch + self.dc_rows * self.dc_pitch + Bt + THREADS // 32)
         slack = 16 * 10  # alignment slack per allocation
         if resident:  # [W_A|W_B]^T swizzled, [W_A|W_B] at dh_hist's pitch, W_C rounded too
             w_floats = 2 * D * SH2 + SH2 * self.w_pitch3 + SH2 * self.wc_pitch
+            if rows_resident:  # the tile's h and dout, whole
+                w_floats += 2 * Bt * (SH2 + 4)
             return 4 * (TILE_ROWS * SH2 + w_floats + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
         if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
             return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
@@ -1090,6 +1112,11 @@ class FusedBackward(_TileCopies):
         sWC = cute.local_tile(sWCall, (CHUNK, D), (0, 0))
         if const_expr(self.resident):  # W_C rounded, dh's B operand
             sWCr = smem.allocate_tensor(Float32, cute.make_layout((SH2, D), stride=(self.wc_pitch, 1)), 16)
+        if const_expr(self.rows_resident):
+            # the tile's h and dout, whole, brought by cp.async with its h_hist chunks (pitch
+            # SH2 + 4 = 4 mod 32 words, as CHUNK + 4: the same banks as the chunk buffers)
+            sHall = smem.allocate_tensor(Float32, cute.make_layout((Bt, SH2), stride=(SH2 + 4, 1)), 16)
+            sDoutAll = smem.allocate_tensor(Float32, cute.make_layout((Bt, SH2), stride=(SH2 + 4, 1)), 16)
         # fp32's phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit
         # distinct banks (TF32's dh reads sWC, restaged rounded, as its MMA's B operand)
         sWCt = None
@@ -1184,6 +1211,11 @@ class FusedBackward(_TileCopies):
         num_tiles = (batch + Bt - 1) // Bt
         first_samples = cutlass.min(batch - cta * Bt, Bt)
         for kc in cutlass.range(n_chunks, unroll=1):
+            if const_expr(self.rows_resident):  # h and dout in the chunk's group
+                self.copy_rows_async(mH, cta * Bt, first_samples, kc * CHUNK,
+                                     cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+                self.copy_rows_async(mDout, cta * Bt, first_samples, kc * CHUNK,
+                                     cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
             self.copy_rows_async(mHist, cta * Bt * K, first_samples * K, kc * CHUNK,
                                  self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
         for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
@@ -1198,7 +1230,8 @@ class FusedBackward(_TileCopies):
             acc.fill(0.0)
             c_acc.fill(0.0)
             dctx_acc.fill(0.0)
-            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
+            if const_expr(not self.rows_resident):
+                self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
             for kc in cutlass.range(n_chunks, unroll=1):
                 sHistChunk = self.hist_chunk(sHist, kc)
                 for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
@@ -1213,8 +1246,13 @@ class FusedBackward(_TileCopies):
                     else:
                         self.store_rows(rW, sW1, CHUNK, 2 * D)
                     self.store_rows(rWC, sWC, CHUNK, D)
-                self.store_rows(rH, sH, Bt, CHUNK)
-                self.store_rows(rDout, sDout, Bt, CHUNK)
+                if const_expr(self.rows_resident):  # arrived with the chunk's h_hist
+                    sHk = cute.local_tile(sHall, (Bt, CHUNK), (0, kc))
+                    sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
+                else:
+                    sHk, sDoutK = sH, sDout
+                    self.store_rows(rH, sH, Bt, CHUNK)
+                    self.store_rows(rDout, sDout, Bt, CHUNK)
                 if const_expr(self.tf32):
                     # rounded once here (the tensor cores would truncate), not at each of dW's
                     # fragment loads (cvt.rna there is two instructions per element); after
@@ -1229,12 +1267,13 @@ class FusedBackward(_TileCopies):
                     if mma_group:  # resident: the chunk's own [W_A|W_B]^T; else the one staged
                         _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,),
                                          b_at=(kc,) if const_expr(self.resident) else ())
-                if kc + 1 < n_chunks:
-                    self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
-                                     rW, rH, rWC, rDout, self.tf32)
+                if const_expr(not self.rows_resident):
+                    if kc + 1 < n_chunks:
+                        self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
+                                         rW, rH, rWC, rDout, self.tf32)
                 if const_expr(not self.tf32):
                     _mma_smem(tiled_au, thr_au, acc, sHistChunk, sWt, False)
-                self.c_product.accumulate(c_acc, sH, sWCk, tid)
+                self.c_product.accumulate(c_acc, sHk, sWCk, tid)
                 for p in cutlass.range_constexpr(self.pairs):
                     pair = tid + p * THREADS
                     if pair < Bt * D:
@@ -1242,7 +1281,7 @@ class FusedBackward(_TileCopies):
                         s = pair - b * D
                         dc = dctx_acc[p]
                         for k in cutlass.range_constexpr(slice_k):
-                            dc = dc + sDout[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
+                            dc = dc + sDoutK[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
                         dctx_acc[p] = dc
                 if const_expr(self.tf32):
                     # every warp (a no-op where nothing is in flight), as in the forward
@@ -1305,7 +1344,8 @@ class FusedBackward(_TileCopies):
             cute.arch.barrier()
 
             # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
-            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
+            if const_expr(not self.rows_resident):
+                self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
             for kc in cutlass.range_constexpr(n_chunks):  # unrolled: the chunk's accumulators by name
                 col0 = kc * CHUNK
                 if const_expr(self.resident):
@@ -1320,10 +1360,15 @@ class FusedBackward(_TileCopies):
                     else:
                         self.store_rows_transposed(rWC, sWCt, CHUNK, D)
                 # TF32: h feeds only dW_C's MMA in this phase
-                self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
-                self.store_rows(rDout, sDout, Bt, CHUNK)
+                if const_expr(self.rows_resident):
+                    self.round_rows_into(cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), sH, Bt, CHUNK)
+                    sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
+                else:
+                    sDoutK = sDout
+                    self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
+                    self.store_rows(rDout, sDout, Bt, CHUNK)
                 cute.arch.barrier()
-                if const_expr(kc + 1 < n_chunks):
+                if const_expr(kc + 1 < n_chunks and not self.rows_resident):
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout)
 
@@ -1367,7 +1412,7 @@ class FusedBackward(_TileCopies):
                     _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
 
                 if const_expr(self.tf32):
-                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sH, sDout,
+                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sH, sDoutK,
                                         acc_wc[kc], mDH, b0, n_samples, col0)
                 else:
                     self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, acc_wc[kc], mDH, b0, n_samples, col0)
@@ -1375,10 +1420,15 @@ class FusedBackward(_TileCopies):
                 if tid < CHUNK:
                     w_sum = Float32(0.0)
                     for b in cutlass.range_constexpr(Bt):
-                        w_sum = w_sum + sCtx[b] * sDout[b, tid]
+                        w_sum = w_sum + sCtx[b] * sDoutK[b, tid]
                     acc_w[kc] = acc_w[kc] + w_sum
                 cute.arch.barrier()
                 if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
+                    if const_expr(self.rows_resident):  # and its h, dout: the next tile's join its group
+                        self.copy_rows_async(mH, next_b0, next_samples, col0,
+                                             cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+                        self.copy_rows_async(mDout, next_b0, next_samples, col0,
+                                             cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
                     self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
                                          self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
 
