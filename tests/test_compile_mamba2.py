@@ -344,7 +344,9 @@ def test_fused_backward_holds_its_partials_in_registers_without_spills():
 
 def test_fused_backward_fits_one_cta_an_sm_over_the_supported_range():
     # every supported size launches (one CTA an SM); TF32 keeps the weights resident exactly
-    # where they fit beside the tile: the defaults do, SH2 = 512 with D = 32 does not
+    # where they fit beside the tile (the defaults do, SH2 = 512 with D = 32 does not), and
+    # the tile's h and dout too exactly where those still fit (the defaults; not K = 3,
+    # SH2 = 256, D = 16, which keeps resident weights only)
     for K in (1, 3, 8, 16):
         for SH2 in (64, 256, 512):
             for D in mamba2.SUPPORTED_D:
@@ -353,7 +355,11 @@ def test_fused_backward_fits_one_cta_an_sm_over_the_supported_range():
                     assert kernel.smem_bytes() <= mamba2.SMEM_PER_SM, (K, SH2, D, precision)
                     fits = kernel.smem_bytes(resident=True) <= mamba2.SMEM_PER_SM
                     assert kernel.resident == (precision == "tf32" and fits), (K, SH2, D, precision)
-    assert mamba2.FusedBackward(8, 256, 16, "tf32").resident
+                    rows_fit = kernel.smem_bytes(resident=True, rows_resident=True) <= mamba2.SMEM_PER_SM
+                    assert kernel.rows_resident == (kernel.resident and rows_fit), (K, SH2, D, precision)
+    assert mamba2.FusedBackward(8, 256, 16, "tf32").rows_resident
+    assert mamba2.FusedBackward(3, 256, 16, "tf32").resident
+    assert not mamba2.FusedBackward(3, 256, 16, "tf32").rows_resident
     assert not mamba2.FusedBackward(8, 512, 32, "tf32").resident
 
 

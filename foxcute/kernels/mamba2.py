@@ -849,9 +849,20 @@ class FusedBackward(_TileCopies):
     version, within the tolerances at 7 sizes). Predicted from the variants: ~-10 kernel
     us; about half of it came. (That check ran dh with W_C rounded at its fragment loads;
     this version keeps a rounded copy, sWCr, the same bits without cvt.rna in the loop.)
-    Papermill run 20261202T004230Z (this version): the backward 104 us graph-replayed (2.61x
-    its floor; 109 in run 20261201T224219Z), in the step breakdown FusedBackward 94.3 us
-    (97.2) and its column_sum 6.8 (8.8).
+    Papermill run 20261202T004230Z (the version before h and dout resident): the backward
+    104 us graph-replayed (2.61x its floor; 109 in run 20261201T224219Z), in the step
+    breakdown FusedBackward 94.3 us (97.2) and its column_sum 6.8 (8.8).
+    Then, where that still fits beside them (`rows_resident`: the defaults, 224 KB of the
+    SM's 226), the tile's whole h and dout in shared memory too, brought by cp.async in each
+    h_hist chunk's group (the next tile's as phase 3 frees each chunk), so that no chunk of
+    either phase waits on a global load through registers; phase 3 rounds h into its chunk
+    buffer from there. No trusted prediction (the per-chunk h/dout loads are ~4 KB a chunk;
+    what their latency cost at one CTA an SM was the open question). Measured, the whole
+    backward (GPU check script, not committed; graph-replayed, same H200 call): 104.8-105.3
+    us before, 90.7-90.8 with h and dout resident, 103.7-104.0 with the gate forced off
+    (outputs bit-identical run to run, errors equal to before's at 7 sizes, tf32 and fp32).
+    Papermill run 20261202T013119Z (this version): the backward 90.7 us (2.3x its floor), in
+    the step breakdown FusedBackward 82.3 us.
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
