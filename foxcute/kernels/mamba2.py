@@ -701,14 +701,15 @@ class FusedForward(_TileCopies):
         else:
             self.fetch_weights(mWA, mWB, mWC, 0, rW, rWC)
 
-        j = Int32(0)
         for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
             b0 = tile * Bt
             n_samples = cutlass.min(batch - b0, Bt)
+            j0 = (tile - cta) // num_ctas * n_chunks  # the CTA's index of the tile's first chunk
             acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))  # a|u
             acc.fill(0.0)
             c_acc.fill(0.0)
             for kc in cutlass.range(n_chunks, unroll=1):
+                j = j0 + kc
                 stage = j % S
                 cute.arch.cp_async_wait_group(S - 2)  # this thread's copies of chunk j have landed
                 if const_expr(self.tf32):
@@ -746,7 +747,6 @@ class FusedForward(_TileCopies):
                     warpgroup.wait_group(0)
                 if const_expr(not self.resident_weights):
                     cute.arch.barrier()  # the next chunk's weights are staged over these
-                j = j + 1
 
             if const_expr(out_prefetch):
                 # the tile's h rows for out = h + ctx * w, in flight through the scan (L2 hits:
