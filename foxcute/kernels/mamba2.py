@@ -90,12 +90,6 @@ SUPPORTED_D = (8, 16, 32)
 MAX_K = 16
 MAX_SH2 = 512
 SMEM_PER_SM = 228 * 1024 - 2 * 1024  # per SM, less 1 KB the driver reserves per CTA
-# FusedForward: the weights stay resident only where at least this deep a ring fits beside
-# them (with 2 stages, one chunk in flight, the h_hist stream waits on its loads)
-MIN_RESIDENT_STAGES = 3
-# FusedForward: the output's h rows are loaded before the scan where they take at most this
-# many float4 registers a thread (the defaults: 2), else in the output loop
-OUT_PREFETCH_SLOTS = 4
 DEFAULTS = dict(B=8192, K=8, SH2=256, D=16)
 
 
@@ -499,12 +493,11 @@ def _num_weights(SH2: int, D: int) -> int:
 class FusedForward(_TileCopies):
     """out = h + ctx * w, with a|u, c, the scan and ctx computed per 64-row tile.
 
-    Persistent, one CTA an SM: each CTA walks tiles cta, cta + num_ctas, ..., its h_hist and
-    h chunks streamed by cp.async through a ring of `stages` shared-memory stages (at most
-    one tile ahead; 5 at the defaults: 4 chunks, 74 KB, in flight while one is multiplied),
-    across tile boundaries. Where they fit beside at least MIN_RESIDENT_STAGES stages (the
-    defaults), W_A|W_B and W_C are loaded into shared memory once per CTA instead of once per
-    tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads).
+    Persistent: each CTA walks tiles cta, cta + num_ctas, ... Where two CTAs' shared memory
+    allows (the defaults), W_A|W_B and W_C are loaded into shared memory once per CTA instead
+    of once per tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads),
+    and where it still allows, the h_hist and h chunks alternate between two buffers (one
+    barrier a chunk; see the end of this docstring).
 
     TF32 a|u: the last warpgroup issues 8 m64n(2D)k8 wgmmas per chunk (A = the h_hist chunk,
     B = [W_A|W_B]^T, both K-major and 128B-swizzled, rounded as they are stored): the
@@ -538,13 +531,14 @@ class FusedForward(_TileCopies):
     barrier waits) measured no faster on top of that (GPU check script, not committed; it
     had been predicted -0.3..1 us): the closing barrier's waits are not the c product's
     imbalance. Not kept.
-    Then the ring (this version), in place of two CTAs an SM each with one chunk in flight
-    in registers: 4 chunks in flight by cp.async, rounded in place by the threads that
-    copied them; one barrier a chunk instead of two (the next chunk's barrier is what frees
-    a stage); the output's h rows loaded before the scan. Per tile the SM must stream 80 KB
-    (2.5 us of its share of 4.25 TB/s) against ~1.7 us of the chain (4 chunks' barrier,
-    wgmma group and c product, the scan, the output) counted from the code: predicted
-    29.3 -> 23-26 us."""
+    Then a cp.async ring at one CTA an SM (5 stages at the defaults: a whole tile, 74 KB, in
+    flight; one barrier a chunk; predicted 23-26 us from the 80 KB an SM streams a tile and
+    a ~1.7 us chain counted from the code): 29.95 -> 39.97 us measured (GPU check script, not
+    committed; bit-identical, tests/test_gpu_mamba2.py passed). The chain was the miss: one
+    CTA walks each tile's chunks, scan and output in series, ~5.2 us a tile, which the second
+    CTA of an SM had hidden. Not kept. Instead, at two CTAs an SM, the chunks alternate
+    between two buffers (`buffers`), so that a chunk's buffer is free once every warp is past
+    the next chunk's barrier, and the closing barrier of each chunk goes."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -555,36 +549,32 @@ class FusedForward(_TileCopies):
         if not self.tf32:
             self.a_pitch = _pair_pitch(CHUNK, False)
             self.w_pitch = _w_pitch(D)
-        # W_A|W_B and W_C resident (loaded once a CTA, not once a chunk) where they fit beside
-        # MIN_RESIDENT_STAGES stages of the ring, W_C at the c product's conflict-free pitch
-        # unless only pitch D fits; then as many stages as fit, up to one tile ahead
-        self.resident_weights, self.wc_pitch = False, self.c_product.w_pitch
-        for wc_pitch in (self.c_product.w_pitch, D):
-            if self.smem_bytes(MIN_RESIDENT_STAGES, True, wc_pitch) <= SMEM_PER_SM:
-                self.resident_weights, self.wc_pitch = True, wc_pitch
+        # Resident weights in two chunk buffers where two CTAs an SM fit with them; else in
+        # one; else per-chunk weights (one buffer); W_C at the c product's conflict-free
+        # pitch, unless only pitch D keeps them resident
+        self.buffers, self.resident_weights, self.wc_pitch = 1, False, self.c_product.w_pitch
+        for buffers in (2, 1):
+            fits = [p for p in (self.c_product.w_pitch, D) if 2 * self.smem_bytes(buffers, p) <= SMEM_PER_SM]
+            if fits:
+                self.buffers, self.resident_weights, self.wc_pitch = buffers, True, fits[0]
                 break
-        fitting = [s for s in range(2, SH2 // CHUNK + 2)
-                   if self.smem_bytes(s, self.resident_weights, self.wc_pitch) <= SMEM_PER_SM]
-        self.stages = max(fitting)
 
-    def smem_bytes(self, stages: int, resident: bool, wc_pitch: int) -> int:
-        """Shared memory of one CTA: `stages` ring stages (an h_hist chunk and an h chunk
-        each), the weights (all of them if `resident`, else one chunk's) and the small tiles."""
+    def smem_bytes(self, buffers: int, wc_pitch: int) -> int:
+        """Shared memory of one CTA with resident weights and `buffers` h_hist / h chunk buffers."""
         D, SH2, Bt = self.D, self.SH2, self.samples
-        w_rows = SH2 if resident else CHUNK
-        if self.tf32:  # K-major swizzled wgmma operands, each on a swizzle atom
-            hist = _wgmma.sw128_bytes(TILE_ROWS * stages, CHUNK)
-            weights = _wgmma.sw128_bytes(2 * D, w_rows)
+        small = 4 * (buffers * Bt * (CHUNK + 4) + Bt * D + TILE_ROWS * (2 * D + 4))  # sH, sC, sAU
+        if self.tf32:
+            # wgmma operands, K-major and 128B-swizzled: the h_hist chunks, [W_A|W_B]^T
+            tiles = _wgmma.sw128_bytes(buffers * TILE_ROWS, CHUNK) + small
+            resident_w = _wgmma.sw128_bytes(2 * D, SH2)
         else:
-            hist = 4 * TILE_ROWS * self.a_pitch * stages
-            weights = 4 * w_rows * self.w_pitch
-        small = 4 * (stages * Bt * (CHUNK + 4) + Bt * D + TILE_ROWS * (2 * D + 4) + Bt + SH2)
-        return hist + weights + 4 * w_rows * wc_pitch + small + 16 * 8  # alignment slack
+            tiles = 4 * buffers * TILE_ROWS * self.a_pitch + small
+            resident_w = 4 * SH2 * self.w_pitch
+        return tiles + resident_w + 4 * SH2 * wc_pitch + 256
 
     def ctas_per_sm(self) -> int:
-        """Persistent CTAs per SM the grid is sized for: one, whose ring of cp.async stages
-        keeps the SM's loads in flight (see the class docstring)."""
-        return 1
+        """Persistent CTAs per SM the grid is sized for (<= 128 registers, < 113 KB at the defaults)."""
+        return 2
 
     @cute.jit
     def __call__(self, p_hist: cute.Pointer, p_h: cute.Pointer, p_wa: cute.Pointer,
@@ -598,71 +588,69 @@ class FusedForward(_TileCopies):
         mWC = cute.make_tensor(p_wc, cute.make_layout((SH2, D), stride=(D, 1)))
         mw = cute.make_tensor(p_w, cute.make_layout((1, SH2), stride=(SH2, 1)))
         mOut = cute.make_tensor(p_out, cute.make_layout((batch, SH2), stride=(SH2, 1)))
-        self.kernel(mHist, mH, mWA, mWB, mWC, mw, mOut, sigma, batch, num_ctas).launch(
-            grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream,
-            min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
-
-    @cute.jit
-    def fetch_weights(self, mWA: cute.Tensor, mWB: cute.Tensor, mWC: cute.Tensor, col0: Int32,
-                      rW: cute.Tensor, rWC: cute.Tensor):
-        """Registers <- rows col0 : col0 + CHUNK of W_A|W_B (for sWt, TF32: store_weights_t,
-        or sW) and of W_C."""
+        # TF32: ptxas took ~125 registers at the defaults (225 at D = 32) unless told the
+        # grid's 2 CTAs per SM (then <= 128; with the carveout, as the backward: the DSL asks
+        # the device for it otherwise). fp32 is launched as before.
+        bounds = {}
         if const_expr(self.tf32):
-            self.fetch_weights_t(mWA, mWB, col0, rW)
-        else:
-            self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
-        self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
+            bounds = dict(min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
+        self.kernel(mHist, mH, mWA, mWB, mWC, mw, mOut, sigma, batch, num_ctas).launch(
+            grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, **bounds)
 
     @cute.jit
-    def issue_chunk(self, mHist: cute.Tensor, mH: cute.Tensor, sA: cute.Tensor, sH: cute.Tensor,
-                    j: Int32, total: Int32, cta: Int32, num_ctas: Int32, batch: Int32):
-        """The CTA's chunk j (tile iteration j // chunks, SH2 chunk j % chunks) of h_hist and
-        h into ring stage j % stages by cp.async, as one group; an empty group past the
-        CTA's last chunk, so that every chunk is waited for with the same count."""
-        n_chunks = self.SH2 // CHUNK
-        if j < total:
-            it = j // n_chunks
-            col0 = (j - it * n_chunks) * CHUNK
-            b0 = (cta + it * num_ctas) * self.samples
-            n_samples = cutlass.min(batch - b0, self.samples)
-            stage = j % self.stages
-            self.copy_rows_async(mHist, b0 * self.K, n_samples * self.K, col0, sA[None, None, stage],
-                                 TILE_ROWS, CHUNK, False)
-            self.copy_rows_async(mH, b0, n_samples, col0, sH[None, None, stage], self.samples, CHUNK, False)
-        cute.arch.cp_async_commit_group()
+    def fetch_chunk(self, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor, mWB: cute.Tensor,
+                    mWC: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32, rHist: cute.Tensor,
+                    rH: cute.Tensor, rW: cute.Tensor, rWC: cute.Tensor):
+        """Registers <- SH2 columns col0 : col0 + CHUNK of the h_hist and h rows of samples
+        b0 : b0 + n_samples, and of W_A|W_B and W_C unless they are resident."""
+        self.fetch_rows(mHist, b0 * self.K, n_samples * self.K, col0, rHist, TILE_ROWS, CHUNK)
+        self.fetch_rows(mH, b0, n_samples, col0, rH, self.samples, CHUNK)
+        if const_expr(not self.resident_weights):
+            self.fetch_weights(mWA, mWB, col0, rW)
+            self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
+
+    @cute.jit
+    def fetch_weights(self, mWA: cute.Tensor, mWB: cute.Tensor, col0: Int32, regs: cute.Tensor):
+        """regs <- [W_A | W_B][col0 : col0 + CHUNK, :] for sWt (TF32: store_weights_t) or sW."""
+        if const_expr(self.tf32):
+            self.fetch_weights_t(mWA, mWB, col0, regs)
+        else:
+            self.fetch_weights_ab(mWA, mWB, col0, regs, self.D)
 
     @cute.kernel
     def kernel(self, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor, mWB: cute.Tensor,
                mWC: cute.Tensor, mw: cute.Tensor, mOut: cute.Tensor, sigma: Float32, batch: Int32,
                num_ctas: Int32):
-        K, SH2, D, Bt, S = self.K, self.SH2, self.D, self.samples, self.stages
+        K, SH2, D, Bt = self.K, self.SH2, self.D, self.samples
         n_chunks = SH2 // CHUNK
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
         w_rows = SH2 if self.resident_weights else CHUNK
+        nbuf = self.buffers
         if const_expr(self.tf32):
-            # the wgmma operands (see _wgmma), K-major: the ring's h_hist chunks as (TILE_ROWS,
-            # CHUNK, stages), and [W_A|W_B]^T as (2D, CHUNK, chunks held); stage or chunk i is
-            # [None, None, i]
-            sA = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK, S))
+            # the wgmma operands (see _wgmma), K-major: the h_hist chunk buffers as (TILE_ROWS,
+            # CHUNK, buffers), and [W_A|W_B]^T as (2D, CHUNK, chunks held); buffer or chunk i
+            # is [None, None, i]
+            sA = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK, nbuf))
             sWt = _wgmma.allocate_sw128(smem, (2 * D, CHUNK, w_rows // CHUNK))
         else:
             # row pitches: conflict-free MMA reads of the h_hist chunk (K-contiguous) and of W (K = rows)
             sA = smem.allocate_tensor(Float32, cute.make_layout(
-                (TILE_ROWS, CHUNK, S), stride=(self.a_pitch, 1, TILE_ROWS * self.a_pitch)), 16)
-            sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(self.w_pitch, 1)), 16)
-        sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK, S), stride=(CHUNK + 4, 1, Bt * (CHUNK + 4))), 16)
+                (TILE_ROWS, CHUNK, nbuf), stride=(self.a_pitch, 1, TILE_ROWS * self.a_pitch)), 16)
+        sH = smem.allocate_tensor(Float32, cute.make_layout(
+            (Bt, CHUNK, nbuf), stride=(CHUNK + 4, 1, Bt * (CHUNK + 4))), 16)
         sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
+        if const_expr(not self.tf32):
+            sW = smem.allocate_tensor(Float32, cute.make_layout((w_rows, 2 * D), stride=(self.w_pitch, 1)), 16)
         sWC = smem.allocate_tensor(Float32, cute.make_layout((w_rows, D), stride=(self.wc_pitch, 1)), 16)
-        sWv = smem.allocate_tensor(Float32, cute.make_layout((1, SH2), stride=(SH2, 1)), 16)
 
+        rHist = cute.make_rmem_tensor(cute.make_layout((4, _slots(TILE_ROWS * CHUNK // 4))), Float32)
         rW = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * 2 * D // 4))), Float32)
+        rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
         rWC = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * D // 4))), Float32)
-        out_prefetch = _slots(Bt * SH2 // 4) <= OUT_PREFETCH_SLOTS
-        rOut = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * SH2 // 4) if out_prefetch else 1)), Float32)
 
         c_acc = self.c_product.accumulators()
         if const_expr(self.tf32):
@@ -671,51 +659,45 @@ class FusedForward(_TileCopies):
             tiled = _wgmma.tiled_mma_tf32(2 * D)
             mma_group = tid // _wgmma.WARPGROUP == THREADS // _wgmma.WARPGROUP - 1
             thr = tiled.get_slice(tid % _wgmma.WARPGROUP)
-            tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, CHUNK / 8, stages) descriptors
+            tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, CHUNK / 8, buffers) descriptors
             tCrB = tiled.make_fragment_B(thr.partition_B(sWt))  # (MMA, 1, CHUNK / 8, chunks held)
         else:
             tiled = _tiled_mma(False)
             thr = tiled.get_slice(tid)
 
-        # The ring: the CTA's chunks (tile iteration, SH2 chunk) in order, stages - 1 of them
-        # in flight ahead of the one multiplied, across tile boundaries, so the next tile's
-        # first chunks arrive during this tile's scan and output. The first ones are issued
-        # before the weights are staged, which they then fly beside.
-        num_tiles = (batch + Bt - 1) // Bt
-        total = (num_tiles - cta + num_ctas - 1) // num_ctas * n_chunks
-        for j in cutlass.range_constexpr(S - 1):
-            self.issue_chunk(mHist, mH, sA, sH, Int32(j), total, cta, num_ctas, batch)
-
-        for i in cutlass.range_constexpr(_slots(SH2 // 4)):  # w stays in shared memory throughout
-            if tid + i * THREADS < SH2 // 4:
-                cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (tid + i * THREADS,)),
-                                  cute.local_tile(sWv[0, None], (4,), (tid + i * THREADS,)))
         if const_expr(self.resident_weights):
             for kc in cutlass.range_constexpr(n_chunks):
-                self.fetch_weights(mWA, mWB, mWC, kc * CHUNK, rW, rWC)
+                self.fetch_weights(mWA, mWB, kc * CHUNK, rW)
+                self.fetch_rows(mWC, kc * CHUNK, CHUNK, 0, rWC, CHUNK, D)
                 if const_expr(self.tf32):
                     self.store_weights_t(rW, sWt[None, None, kc])
                 else:
                     self.store_rows(rW, cute.local_tile(sW, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D)
                 self.store_rows(rWC, cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
-        else:
-            self.fetch_weights(mWA, mWB, mWC, 0, rW, rWC)
 
+        # The first tile's first chunk; each later tile's is fetched during the previous
+        # tile's last chunk, so it is in flight through the scan and the output stores
+        # instead of being waited for at the tile's start.
+        num_tiles = (batch + Bt - 1) // Bt
+        self.fetch_chunk(mHist, mH, mWA, mWB, mWC, cta * Bt, cutlass.min(batch - cta * Bt, Bt), 0,
+                         rHist, rH, rW, rWC)
         for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
             b0 = tile * Bt
             n_samples = cutlass.min(batch - b0, Bt)
+            next_b0 = b0 + num_ctas * Bt
+            next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
             j0 = (tile - cta) // num_ctas * n_chunks  # the CTA's index of the tile's first chunk
             acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))  # a|u
             acc.fill(0.0)
             c_acc.fill(0.0)
             for kc in cutlass.range(n_chunks, unroll=1):
-                j = j0 + kc
-                stage = j % S
-                cute.arch.cp_async_wait_group(S - 2)  # this thread's copies of chunk j have landed
-                if const_expr(self.tf32):
-                    # rounded in place by the threads that copied them (the tensor cores would
-                    # truncate); h stays as it is (the c product is FFMA)
-                    self.round_rows_in_place(sA[None, None, stage], TILE_ROWS, CHUNK)
+                # the CTA's chunks alternate between the buffers: chunk j's was last read by
+                # chunk j - 2, which every warp finished before chunk j - 1's barrier
+                buf = (j0 + kc) % nbuf
+                sAb = sA[None, None, buf]
+                sHb = sH[None, None, buf]
+                self.store_rows(rHist, sAb, TILE_ROWS, CHUNK, self.tf32)
+                self.store_rows(rH, sHb, Bt, CHUNK)
                 if const_expr(not self.resident_weights):
                     if const_expr(self.tf32):
                         self.store_weights_t(rW, sWt[None, None, 0])
@@ -724,34 +706,35 @@ class FusedForward(_TileCopies):
                     self.store_rows(rWC, sWC, CHUNK, D)
                 if const_expr(self.tf32):
                     _wgmma.publish()  # the stores above -> the tensor cores' (async proxy) reads
-                # every warp is past chunk j - 1, so its stage takes chunk j + stages - 1
+                # The next chunk's loads, issued as soon as the stores above freed their
+                # registers: they fly through this barrier's wait too, not only through the
+                # chunk's products (ncu: the warps waited on these loads, long scoreboard,
+                # for a quarter of the samples, and at the barriers for another quarter)
+                if kc + 1 < n_chunks:
+                    self.fetch_chunk(mHist, mH, mWA, mWB, mWC, b0, n_samples, (kc + 1) * CHUNK,
+                                     rHist, rH, rW, rWC)
+                elif next_samples > 0:
+                    self.fetch_chunk(mHist, mH, mWA, mWB, mWC, next_b0, next_samples, 0, rHist, rH, rW, rWC)
                 cute.arch.barrier()
-                self.issue_chunk(mHist, mH, sA, sH, j + S - 1, total, cta, num_ctas, batch)
-                if const_expr(not self.resident_weights):
-                    self.fetch_weights(mWA, mWB, mWC, (kc + 1) % n_chunks * CHUNK, rW, rWC)
                 w_chunk = kc if const_expr(self.resident_weights) else 0
                 if const_expr(self.tf32):
                     # the chunk's a|u as one wgmma group: the tensor cores read sA and sWt while
-                    # c accumulates; waited for before the next chunk's barrier
+                    # c accumulates; waited for before the chunk ends
                     if mma_group:
-                        _wgmma.mma_group(tiled, acc, tCrA, tCrB, a_at=(stage,), b_at=(w_chunk,))
+                        _wgmma.mma_group(tiled, acc, tCrA, tCrB, a_at=(buf,), b_at=(w_chunk,))
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
                 if const_expr(not self.tf32):
                     sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
                     sWtk = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch)))
-                    _mma_smem(tiled, thr, acc, sA[None, None, stage], sWtk, False)
-                self.c_product.accumulate(c_acc, sH[None, None, stage], sWCk, tid)
+                    _mma_smem(tiled, thr, acc, sAb, sWtk, False)
+                self.c_product.accumulate(c_acc, sHb, sWCk, tid)
                 if const_expr(self.tf32):
                     # every warp (a no-op where nothing is in flight): under `if mma_group`
                     # ptxas could not see the accumulators settled and injected a wait of its own
                     warpgroup.wait_group(0)
-                if const_expr(not self.resident_weights):
-                    cute.arch.barrier()  # the next chunk's weights are staged over these
+                if const_expr(nbuf == 1):
+                    cute.arch.barrier()  # the next chunk is stored over this one's buffers
 
-            if const_expr(out_prefetch):
-                # the tile's h rows for out = h + ctx * w, in flight through the scan (L2 hits:
-                # the ring read them just before)
-                self.fetch_rows(mH, b0, n_samples, 0, rOut, Bt, SH2)
             self.c_product.store(c_acc, sC, tid)
             if const_expr(self.tf32):
                 if mma_group:
@@ -776,14 +759,19 @@ class FusedForward(_TileCopies):
                     sCtx[b] = ctx
             cute.arch.barrier()
 
-            for i, idx, b, q in self.thread_vectors(Bt, SH2):
+            per_row = SH2 // 4
+            for i in cutlass.range_constexpr(_slots(Bt * per_row)):
+                idx = tid + i * THREADS
+                b = idx // per_row
+                q = idx - b * per_row
                 if b < n_samples:
-                    hv = rOut[None, i if const_expr(out_prefetch) else 0]
-                    if const_expr(not out_prefetch):
-                        cute.autovec_copy(cute.local_tile(mH[b0 + b, None], (4,), (q,)), hv)
+                    hv = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+                    wv = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+                    cute.autovec_copy(cute.local_tile(mH[b0 + b, None], (4,), (q,)), hv)
+                    cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (q,)), wv)
                     ctx = sCtx[b]
                     for e in cutlass.range_constexpr(4):
-                        hv[e] = hv[e] + ctx * sWv[0, q * 4 + e]
+                        hv[e] = hv[e] + ctx * wv[e]
                     cute.autovec_copy(hv, cute.local_tile(mOut[b0 + b, None], (4,), (q,)))
             # sCtx and sAU are rewritten by the next tile only after its chunk-loop barriers
 
