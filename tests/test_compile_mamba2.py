@@ -161,8 +161,7 @@ def test_tf32_forward_au_is_one_wgmma_group_per_chunk(ptx):
     # the chunk loop: the thread's 4 float4 of the h_hist chunk stored rounded (tf32_operand
     # in place), 128 bits at a time, then its h float4 (c's operand: FFMA, not rounded); then, in
     # order, the fence for the async proxy, the barrier, the wgmma group, c's loads while it
-    # runs, the wait for it, and no second barrier: the chunks alternate between two buffers,
-    # so the kernel's barriers are the chunk loop's one and the tile's two (scan, output)
+    # runs, the wait for it, the barrier (after which sA is overwritten)
     fence = text.index("fence.proxy.async.shared::cta")
     staged = text[:fence]
     assert staged.rfind("st.shared.") == staged.rfind("st.shared.v4.b32")
@@ -170,8 +169,6 @@ def test_tf32_forward_au_is_one_wgmma_group_per_chunk(ptx):
     stores = re.findall(r"st\.shared\.v4\.b32\s+\[[^\]]+\],\s*\{([^}]*)\}", staged)[-5:]
     rounded = [all(r.strip() in converted for r in regs.split(",")) for regs in stores]
     assert rounded == [True] * 4 + [False], rounded
-    assert mamba2.FusedForward(*(mamba2.DEFAULTS[k] for k in ("K", "SH2", "D")), "tf32").buffers == 2
-    assert text.count("bar.sync") == 3
     order = ["bar.sync", "wgmma.fence.sync.aligned", "wgmma.mma_async", "wgmma.commit_group.sync.aligned",
              "ld.shared", "wgmma.wait_group.sync.aligned \t0", "bar.sync"]
     at = fence

@@ -495,9 +495,7 @@ class FusedForward(_TileCopies):
 
     Persistent: each CTA walks tiles cta, cta + num_ctas, ... Where two CTAs' shared memory
     allows (the defaults), W_A|W_B and W_C are loaded into shared memory once per CTA instead
-    of once per tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads),
-    and where it still allows, the h_hist and h chunks alternate between two buffers (one
-    barrier a chunk; see the end of this docstring).
+    of once per tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads).
 
     TF32 a|u: the last warpgroup issues 8 m64n(2D)k8 wgmmas per chunk (A = the h_hist chunk,
     B = [W_A|W_B]^T, both K-major and 128B-swizzled, rounded as they are stored): the
@@ -531,14 +529,17 @@ class FusedForward(_TileCopies):
     barrier waits) measured no faster on top of that (GPU check script, not committed; it
     had been predicted -0.3..1 us): the closing barrier's waits are not the c product's
     imbalance. Not kept.
-    Then a cp.async ring at one CTA an SM (5 stages at the defaults: a whole tile, 74 KB, in
-    flight; one barrier a chunk; predicted 23-26 us from the 80 KB an SM streams a tile and
-    a ~1.7 us chain counted from the code): 29.95 -> 39.97 us measured (GPU check script, not
-    committed; bit-identical, tests/test_gpu_mamba2.py passed). The chain was the miss: one
-    CTA walks each tile's chunks, scan and output in series, ~5.2 us a tile, which the second
-    CTA of an SM had hidden. Not kept. Instead, at two CTAs an SM, the chunks alternate
-    between two buffers (`buffers`), so that a chunk's buffer is free once every warp is past
-    the next chunk's barrier, and the closing barrier of each chunk goes."""
+    Tried since, measured graph-replayed at the defaults against this version in the same
+    H200 call (GPU check scripts, not committed), neither kept:
+    - a cp.async ring at one CTA an SM (5 stages: a whole tile, 74 KB, in flight; one barrier
+      a chunk), predicted 23-26 us from the 80 KB an SM streams a tile and a ~1.7 us chain
+      counted from the code: 29.95 -> 39.97 us (correct: tests/test_gpu_mamba2.py -k fused
+      passed). The chain was the miss: one CTA walks each tile's chunks, scan and output in
+      series, ~5.2 us a tile, which an SM's second CTA hides here;
+    - at two CTAs an SM, the h_hist and h chunks alternating between two buffers, so that
+      each chunk's closing barrier goes: 29.5 -> 31.5 us, outputs bit-identical at 9 sizes
+      (tf32, fp32, saturated gates, sigma = 0). Not analysed; the closing barrier keeps the
+      last warpgroup's wgmma wait and the other warps' next loads in step."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -546,31 +547,25 @@ class FusedForward(_TileCopies):
         self.samples = TILE_ROWS // K  # Bt: whole samples per tile
         self.pairs = _slots(self.samples * D)  # (sample, state) pairs per thread
         self.c_product = _StateProduct(self.samples, D)
-        if not self.tf32:
-            self.a_pitch = _pair_pitch(CHUNK, False)
-            self.w_pitch = _w_pitch(D)
-        # Resident weights in two chunk buffers where two CTAs an SM fit with them; else in
-        # one; else per-chunk weights (one buffer); W_C at the c product's conflict-free
-        # pitch, unless only pitch D keeps them resident
-        self.buffers, self.resident_weights, self.wc_pitch = 1, False, self.c_product.w_pitch
-        for buffers in (2, 1):
-            fits = [p for p in (self.c_product.w_pitch, D) if 2 * self.smem_bytes(buffers, p) <= SMEM_PER_SM]
-            if fits:
-                self.buffers, self.resident_weights, self.wc_pitch = buffers, True, fits[0]
-                break
-
-    def smem_bytes(self, buffers: int, wc_pitch: int) -> int:
-        """Shared memory of one CTA with resident weights and `buffers` h_hist / h chunk buffers."""
-        D, SH2, Bt = self.D, self.SH2, self.samples
-        small = 4 * (buffers * Bt * (CHUNK + 4) + Bt * D + TILE_ROWS * (2 * D + 4))  # sH, sC, sAU
+        small = 4 * (self.samples * (CHUNK + 4 + D) + TILE_ROWS * (2 * D + 4))  # sH, sC, sAU
         if self.tf32:
-            # wgmma operands, K-major and 128B-swizzled: the h_hist chunks, [W_A|W_B]^T
-            tiles = _wgmma.sw128_bytes(buffers * TILE_ROWS, CHUNK) + small
+            # wgmma operands, K-major and 128B-swizzled: the h_hist chunk, [W_A|W_B]^T
+            tiles = _wgmma.sw128_bytes(TILE_ROWS, CHUNK) + small
             resident_w = _wgmma.sw128_bytes(2 * D, SH2)
         else:
-            tiles = 4 * buffers * TILE_ROWS * self.a_pitch + small
+            self.a_pitch = _pair_pitch(CHUNK, False)
+            self.w_pitch = _w_pitch(D)
+            tiles = 4 * TILE_ROWS * self.a_pitch + small
             resident_w = 4 * SH2 * self.w_pitch
-        return tiles + resident_w + 4 * SH2 * wc_pitch + 256
+
+        def resident(wc_pitch: int) -> bool:
+            return 2 * (tiles + resident_w + 4 * SH2 * wc_pitch + 256) <= SMEM_PER_SM
+
+        # W_C at the c product's conflict-free pitch, unless only pitch D keeps it resident
+        self.wc_pitch = self.c_product.w_pitch
+        if not resident(self.wc_pitch) and resident(D):
+            self.wc_pitch = D
+        self.resident_weights = resident(self.wc_pitch)
 
     def ctas_per_sm(self) -> int:
         """Persistent CTAs per SM the grid is sized for (<= 128 registers, < 113 KB at the defaults)."""
@@ -627,19 +622,15 @@ class FusedForward(_TileCopies):
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
         w_rows = SH2 if self.resident_weights else CHUNK
-        nbuf = self.buffers
         if const_expr(self.tf32):
-            # the wgmma operands (see _wgmma), K-major: the h_hist chunk buffers as (TILE_ROWS,
-            # CHUNK, buffers), and [W_A|W_B]^T as (2D, CHUNK, chunks held); buffer or chunk i
-            # is [None, None, i]
-            sA = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK, nbuf))
+            # the wgmma operands (see _wgmma), K-major: the h_hist chunk, and [W_A|W_B]^T as
+            # (2D, CHUNK, chunks held) so that chunk kc is [None, None, kc]
+            sA = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK))
             sWt = _wgmma.allocate_sw128(smem, (2 * D, CHUNK, w_rows // CHUNK))
         else:
             # row pitches: conflict-free MMA reads of the h_hist chunk (K-contiguous) and of W (K = rows)
-            sA = smem.allocate_tensor(Float32, cute.make_layout(
-                (TILE_ROWS, CHUNK, nbuf), stride=(self.a_pitch, 1, TILE_ROWS * self.a_pitch)), 16)
-        sH = smem.allocate_tensor(Float32, cute.make_layout(
-            (Bt, CHUNK, nbuf), stride=(CHUNK + 4, 1, Bt * (CHUNK + 4))), 16)
+            sA = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, CHUNK), stride=(self.a_pitch, 1)), 16)
+        sH = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         sAU = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(2 * D + 4, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sC = smem.allocate_tensor(Float32, cute.make_layout((Bt, D), stride=(D, 1)), 16)
@@ -659,7 +650,7 @@ class FusedForward(_TileCopies):
             tiled = _wgmma.tiled_mma_tf32(2 * D)
             mma_group = tid // _wgmma.WARPGROUP == THREADS // _wgmma.WARPGROUP - 1
             thr = tiled.get_slice(tid % _wgmma.WARPGROUP)
-            tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, CHUNK / 8, buffers) descriptors
+            tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, CHUNK / 8) descriptors
             tCrB = tiled.make_fragment_B(thr.partition_B(sWt))  # (MMA, 1, CHUNK / 8, chunks held)
         else:
             tiled = _tiled_mma(False)
@@ -686,18 +677,12 @@ class FusedForward(_TileCopies):
             n_samples = cutlass.min(batch - b0, Bt)
             next_b0 = b0 + num_ctas * Bt
             next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
-            j0 = (tile - cta) // num_ctas * n_chunks  # the CTA's index of the tile's first chunk
             acc = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, 2 * D)))  # a|u
             acc.fill(0.0)
             c_acc.fill(0.0)
             for kc in cutlass.range(n_chunks, unroll=1):
-                # the CTA's chunks alternate between the buffers: chunk j's was last read by
-                # chunk j - 2, which every warp finished before chunk j - 1's barrier
-                buf = (j0 + kc) % nbuf
-                sAb = sA[None, None, buf]
-                sHb = sH[None, None, buf]
-                self.store_rows(rHist, sAb, TILE_ROWS, CHUNK, self.tf32)
-                self.store_rows(rH, sHb, Bt, CHUNK)
+                self.store_rows(rHist, sA, TILE_ROWS, CHUNK, self.tf32)
+                self.store_rows(rH, sH, Bt, CHUNK)
                 if const_expr(not self.resident_weights):
                     if const_expr(self.tf32):
                         self.store_weights_t(rW, sWt[None, None, 0])
@@ -719,21 +704,21 @@ class FusedForward(_TileCopies):
                 w_chunk = kc if const_expr(self.resident_weights) else 0
                 if const_expr(self.tf32):
                     # the chunk's a|u as one wgmma group: the tensor cores read sA and sWt while
-                    # c accumulates; waited for before the chunk ends
+                    # c accumulates; waited for before the closing barrier, after which sA is
+                    # overwritten
                     if mma_group:
-                        _wgmma.mma_group(tiled, acc, tCrA, tCrB, a_at=(buf,), b_at=(w_chunk,))
+                        _wgmma.mma_group(tiled, acc, tCrA, tCrB, b_at=(w_chunk,))
                 sWCk = cute.local_tile(sWC, (CHUNK, D), (w_chunk, 0))
                 if const_expr(not self.tf32):
                     sWk = cute.local_tile(sW, (CHUNK, 2 * D), (w_chunk, 0))
                     sWtk = cute.make_tensor(sWk.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch)))
-                    _mma_smem(tiled, thr, acc, sAb, sWtk, False)
-                self.c_product.accumulate(c_acc, sHb, sWCk, tid)
+                    _mma_smem(tiled, thr, acc, sA, sWtk, False)
+                self.c_product.accumulate(c_acc, sH, sWCk, tid)
                 if const_expr(self.tf32):
                     # every warp (a no-op where nothing is in flight): under `if mma_group`
                     # ptxas could not see the accumulators settled and injected a wait of its own
                     warpgroup.wait_group(0)
-                if const_expr(nbuf == 1):
-                    cute.arch.barrier()  # the next chunk is stored over this one's buffers
+                cute.arch.barrier()
 
             self.c_product.store(c_acc, sC, tid)
             if const_expr(self.tf32):
@@ -874,8 +859,15 @@ class FusedBackward(_TileCopies):
     backward (GPU check script, not committed; graph-replayed, same H200 call): 104.8-105.3
     us before, 90.7-90.8 with h and dout resident, 103.7-104.0 with the gate forced off
     (outputs bit-identical run to run, errors equal to before's at 7 sizes, tf32 and fp32).
-    Papermill run 20261202T013119Z (this version): the backward 90.7 us (2.3x its floor), in
+    Papermill run 20261202T013119Z (that version): the backward 90.7 us (2.3x its floor), in
     the step breakdown FusedBackward 82.3 us.
+    Then, with h and dout resident, phase 1 has nothing rewritten between chunks (each has its
+    own buffers, rounded in place by the threads that copied them), so its closing barrier
+    a chunk goes, and h is rounded once a tile in place, in phase 2 (phase 1's c product read
+    it as it is), so phase 3's staging barrier a chunk goes too (8 of ~18 barriers a tile;
+    predicted ~-3 us). Measured (same H200 call, whole backward graph-replayed): 90.4-90.7 ->
+    89.0 us; tests/test_gpu_mamba2.py -k fused passed; compute-sanitizer memcheck and
+    racecheck clean at two multi-tile sizes (more tiles than CTAs).
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
