@@ -187,13 +187,15 @@ def test_tf32_mma_gets_the_ptx_isa_a_fragment(ptx):
     # of the 128B-swizzled tile, where the XOR makes the four elements' offsets thread
     # dependent: four addresses a thread, computed once (ld.shared off four base registers);
     # tests/test_gpu_mamba2.py is what shows those are the right elements. Then dh reads dc
-    # K-major at its pitch D + 4, and dW_C h^T, M-major (rows of CHUNK + 4).
+    # K-major at its pitch D + 4, and dW_C h^T, M-major (the defaults keep the tile's whole
+    # h resident: rows of SH2 + 4).
     # Phase 3's chunk loop is unrolled: the same 38 MMAs for each of the SH2 / CHUNK chunks.
-    D = mamba2.DEFAULTS["D"]
+    K, SH2, D = (mamba2.DEFAULTS[k] for k in ("K", "SH2", "D"))
+    assert mamba2.FusedBackward(K, SH2, D, "tf32").rows_resident
     text = ptx["fused_backward_tf32"]
     all_offsets = _mma_a_operand_offsets(text)
     assert len(all_offsets) == PHASE3_CHUNKS * (16 + 16 + 4 + 2)
-    au_row, dc_row, h_row = (2 * D + 4) * 4, (D + 4) * 4, (mamba2.CHUNK + 4) * 4
+    au_row, dc_row, h_row = (2 * D + 4) * 4, (D + 4) * 4, (SH2 + 4) * 4
     _, loads, _ = _shared_loads(text)
     flat = re.sub(r"\s+", " ", text)
     all_a = re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}", flat)

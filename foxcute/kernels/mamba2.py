@@ -395,19 +395,6 @@ class _TileCopies:
             cute.arch.cp_async_commit_group()
 
     @cute.jit
-    def round_rows_into(self, src: cute.Tensor, dst: cute.Tensor, rows: cutlass.Constexpr[int],
-                        width: cutlass.Constexpr[int]):
-        """dst[r, 0:width] <- src[r, 0:width] rounded to TF32, both in shared memory, 16 bytes
-        at a time."""
-        v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
-        for _, idx, r, q in self.thread_vectors(rows, width):
-            if idx < rows * (width // 4):
-                cute.autovec_copy(cute.local_tile(src[r, None], (4,), (q,)), v)
-                for e in cutlass.range_constexpr(4):
-                    v[e] = tf32_operand(v[e])
-                cute.autovec_copy(v, cute.local_tile(dst[r, None], (4,), (q,)))
-
-    @cute.jit
     def zero_rows(self, dst: cute.Tensor, first: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
                   width: cutlass.Constexpr[int]):
         """dst[first + r, 0:width] <- 0 for r < rows, element by element, the CTA's threads
@@ -541,7 +528,18 @@ class FusedForward(_TileCopies):
     c product split 8 ways instead of 4 (all 256 threads in it at the defaults, against the
     barrier waits) measured no faster on top of that (GPU check script, not committed; it
     had been predicted -0.3..1 us): the closing barrier's waits are not the c product's
-    imbalance. Not kept."""
+    imbalance. Not kept.
+    Tried since, measured graph-replayed at the defaults against this version in the same
+    H200 call (GPU check scripts, not committed), neither kept:
+    - a cp.async ring at one CTA an SM (5 stages: a whole tile, 74 KB, in flight; one barrier
+      a chunk), predicted 23-26 us from the 80 KB an SM streams a tile and a ~1.7 us chain
+      counted from the code: 29.95 -> 39.97 us (correct: tests/test_gpu_mamba2.py -k fused
+      passed). The chain was the miss: one CTA walks each tile's chunks, scan and output in
+      series, ~5.2 us a tile, which an SM's second CTA hides here;
+    - at two CTAs an SM, the h_hist and h chunks alternating between two buffers, so that
+      each chunk's closing barrier goes: 29.5 -> 31.5 us, outputs bit-identical at 9 sizes
+      (tf32, fp32, saturated gates, sigma = 0). Not analysed; the closing barrier keeps the
+      last warpgroup's wgmma wait and the other warps' next loads in step."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -861,8 +859,15 @@ class FusedBackward(_TileCopies):
     backward (GPU check script, not committed; graph-replayed, same H200 call): 104.8-105.3
     us before, 90.7-90.8 with h and dout resident, 103.7-104.0 with the gate forced off
     (outputs bit-identical run to run, errors equal to before's at 7 sizes, tf32 and fp32).
-    Papermill run 20261202T013119Z (this version): the backward 90.7 us (2.3x its floor), in
+    Papermill run 20261202T013119Z (that version): the backward 90.7 us (2.3x its floor), in
     the step breakdown FusedBackward 82.3 us.
+    Then, with h and dout resident, phase 1 has nothing rewritten between chunks (each has its
+    own buffers, rounded in place by the threads that copied them), so its closing barrier
+    a chunk goes, and h is rounded once a tile in place, in phase 2 (phase 1's c product read
+    it as it is), so phase 3's staging barrier a chunk goes too (8 of ~18 barriers a tile;
+    predicted ~-3 us). Measured (same H200 call, whole backward graph-replayed): 90.4-90.7 ->
+    89.0 us; tests/test_gpu_mamba2.py -k fused passed; compute-sanitizer memcheck and
+    racecheck clean at two multi-tile sizes (more tiles than CTAs).
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
@@ -916,13 +921,13 @@ class FusedBackward(_TileCopies):
         if rows_resident is None:
             rows_resident = self.rows_resident
         wc_rows = SH2 if resident else CHUNK
-        small = ((self.h_rows + Bt) * (CHUNK + 4) + wc_rows * self.wc_pitch + SH2
+        # h's and dout's chunk buffers; with rows_resident, the tile's whole rows instead
+        rows = (self.h_rows + Bt) * ((SH2 if rows_resident else CHUNK) + 4)
+        small = (rows + wc_rows * self.wc_pitch + SH2
                  + TILE_ROWS * self.au_pitch + self.dc_rows * self.dc_pitch + Bt + THREADS // 32)
         slack = 16 * 10  # alignment slack per allocation
         if resident:  # [W_A|W_B]^T swizzled, [W_A|W_B] at dh_hist's pitch, W_C rounded too
             w_floats = 2 * D * SH2 + SH2 * self.w_pitch3 + SH2 * self.wc_pitch
-            if rows_resident:  # the tile's h and dout, whole
-                w_floats += 2 * Bt * (SH2 + 4)
             return 4 * (TILE_ROWS * SH2 + w_floats + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
         if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
             return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
@@ -1043,7 +1048,7 @@ class FusedBackward(_TileCopies):
                 if b < n_samples:
                     store_pair(mDH[b0 + b, None], col0 + n, sDout[b, n] + acc[i], sDout[b, n + 1] + acc[i + 1])
         else:
-            sHt = cute.make_tensor(sH.iterator, cute.make_layout((CHUNK, self.h_rows), stride=(1, CHUNK + 4)))
+            sHt = cute.make_tensor(sH.iterator, cute.select(sH.layout, mode=[1, 0]))
             sDCt = cute.make_tensor(sDC.iterator, cute.make_layout((D, self.h_rows), stride=(1, self.dc_pitch)))
             _mma_smem(tiled_wc, thr_wc, acc_wc, sHt, sDCt, True, a_rounded=True, b_rounded=True)
 
@@ -1116,18 +1121,20 @@ class FusedBackward(_TileCopies):
             sWt = cute.make_tensor(sW1.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch1)))
         if const_expr(not self.resident):
             sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
-        sH = smem.allocate_tensor(Float32, cute.make_layout((self.h_rows, CHUNK), stride=(CHUNK + 4, 1)), 16)
-        sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        if const_expr(self.rows_resident):
+            # the tile's h and dout, whole, brought by cp.async with its h_hist chunks (pitch
+            # SH2 + 4 = 4 mod 32 words, as CHUNK + 4 below: the same banks); h's rows past the
+            # tile's samples are dW_C's K padding, as in sH
+            sHall = smem.allocate_tensor(Float32, cute.make_layout((self.h_rows, SH2), stride=(SH2 + 4, 1)), 16)
+            sDoutAll = smem.allocate_tensor(Float32, cute.make_layout((Bt, SH2), stride=(SH2 + 4, 1)), 16)
+        else:  # a chunk of each at a time, staged through registers
+            sH = smem.allocate_tensor(Float32, cute.make_layout((self.h_rows, CHUNK), stride=(CHUNK + 4, 1)), 16)
+            sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
         wc_rows = SH2 if const_expr(self.resident) else CHUNK
         sWCall = smem.allocate_tensor(Float32, cute.make_layout((wc_rows, D), stride=(self.wc_pitch, 1)), 16)
         sWC = cute.local_tile(sWCall, (CHUNK, D), (0, 0))
         if const_expr(self.resident):  # W_C rounded, dh's B operand
             sWCr = smem.allocate_tensor(Float32, cute.make_layout((SH2, D), stride=(self.wc_pitch, 1)), 16)
-        if const_expr(self.rows_resident):
-            # the tile's h and dout, whole, brought by cp.async with its h_hist chunks (pitch
-            # SH2 + 4 = 4 mod 32 words, as CHUNK + 4: the same banks as the chunk buffers)
-            sHall = smem.allocate_tensor(Float32, cute.make_layout((Bt, SH2), stride=(SH2 + 4, 1)), 16)
-            sDoutAll = smem.allocate_tensor(Float32, cute.make_layout((Bt, SH2), stride=(SH2 + 4, 1)), 16)
         # fp32's phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit
         # distinct banks (TF32's dh reads sWC, restaged rounded, as its MMA's B operand)
         sWCt = None
@@ -1196,7 +1203,10 @@ class FusedBackward(_TileCopies):
                 acc_wc.append(tiled_wc.make_fragment_C(tiled_wc.partition_shape_C((CHUNK, D))))
                 acc_wc[kc].fill(0.0)
             # h's and dc's rows past the tile's samples: dW_C's K padding, zero for good
-            self.zero_rows(sH, Bt, self.h_rows - Bt, CHUNK)
+            if const_expr(self.rows_resident):
+                self.zero_rows(sHall, Bt, self.h_rows - Bt, SH2)
+            else:
+                self.zero_rows(sH, Bt, self.h_rows - Bt, CHUNK)
             self.zero_rows(sDC, Bt, self.dc_rows - Bt, D)
         else:
             for kc in cutlass.range_constexpr(n_chunks):
@@ -1297,7 +1307,12 @@ class FusedBackward(_TileCopies):
                 if const_expr(self.tf32):
                     # every warp (a no-op where nothing is in flight), as in the forward
                     warpgroup.wait_group(0)
-                cute.arch.barrier()
+                if const_expr(not self.rows_resident):
+                    # the next chunk's staging rewrites sW, sWC, sH, sDout. With h and dout
+                    # resident nothing of phase 1 is rewritten (each chunk has its own buffers,
+                    # rounded in place by the threads that copied them), so warps done with
+                    # chunk kc go on to chunk kc + 1 while the others finish it
+                    cute.arch.barrier()
             self.c_product.store(c_acc, sDC, tid)
             if const_expr(self.tf32):
                 if mma_group:
@@ -1352,6 +1367,11 @@ class FusedBackward(_TileCopies):
                         sCtx[b] = ctx
             if const_expr(self.tf32):
                 sDsigma[tid] = dsigma
+            if const_expr(self.rows_resident):
+                # h feeds only dW_C's MMA from here: rounded once for the whole tile (phase 1's
+                # c product read it as it is), so phase 3's chunks need no staging barrier
+                for kc in cutlass.range_constexpr(n_chunks):
+                    self.round_rows_in_place(cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK)
             cute.arch.barrier()
 
             # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
@@ -1370,15 +1390,15 @@ class FusedBackward(_TileCopies):
                         self.store_rows(rWC, sWC, CHUNK, D, True)
                     else:
                         self.store_rows_transposed(rWC, sWCt, CHUNK, D)
-                # TF32: h feeds only dW_C's MMA in this phase
-                if const_expr(self.rows_resident):
-                    self.round_rows_into(cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), sH, Bt, CHUNK)
+                if const_expr(self.rows_resident):  # in place since phase 2; h rounded there
+                    sHk = cute.local_tile(sHall, (self.h_rows, CHUNK), (0, kc))
                     sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
                 else:
-                    sDoutK = sDout
+                    sHk, sDoutK = sH, sDout
+                    # TF32: h feeds only dW_C's MMA in this phase
                     self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
                     self.store_rows(rDout, sDout, Bt, CHUNK)
-                cute.arch.barrier()
+                    cute.arch.barrier()
                 if const_expr(kc + 1 < n_chunks and not self.rows_resident):
                     self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                      rW, rH, rWC, rDout)
@@ -1423,7 +1443,7 @@ class FusedBackward(_TileCopies):
                     _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
 
                 if const_expr(self.tf32):
-                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sH, sDoutK,
+                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sHk, sDoutK,
                                         acc_wc[kc], mDH, b0, n_samples, col0)
                 else:
                     self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, acc_wc[kc], mDH, b0, n_samples, col0)
