@@ -3,8 +3,9 @@
     python -m foxcute.compare mamba2.backward --impl cute_fused --tree . --tree ../base
 
 Each tree's foxcute runs in a subprocess of its own (this file run as a script, the tree
-first on sys.path, so a tree from before this tool works too), on the same inputs (the case's trainer sizes, seed 0): its median time as the profiling notebook
-takes it (timing.bench, CUDA-graph replays where the implementation allows, after
+first on sys.path, so a tree from before this tool works too), on the same inputs (the
+case's trainer sizes, seed 0): its median time as the profiling notebook takes it
+(timing.bench, CUDA-graph replays where the implementation allows, after
 timing.check_graph_replay), its largest relative error against float64 (the correctness
 notebook's benchmarks.output_errors), whether repeated calls are bit-identical, and whether
 every output is bit-identical to the first tree's. Rounds alternate the trees (A B A B ...),
@@ -53,29 +54,39 @@ def _digest(x) -> str:
     return hashlib.sha256(np.ascontiguousarray(to_numpy(x)).tobytes()).hexdigest()
 
 
+def select(benchmarks, case_name: str, impl_name: str | None) -> tuple:
+    """(case, implementation) by name from `benchmarks`, a foxcute.benchmarks module (in a
+    worker the tree's own, which may predate this file: hence a parameter); the
+    implementation by default the case's first cute one. ValueError naming what is there
+    otherwise."""
+    case = next((c for c in benchmarks.CASES if c.name == case_name), None)
+    if case is None:
+        raise ValueError(f"unknown case {case_name!r}; python -m foxcute.profile --list shows them")
+    impls = [impl for impl in benchmarks.impls() if impl.applies(case)]
+    names = [impl.name for impl in impls]
+    wanted = impl_name or next((n for n in names if n.startswith("cute")), None)
+    if wanted not in names:
+        raise ValueError(f"{case_name} has no implementation {wanted!r} here; present: {names}")
+    return case, impls[names.index(wanted)]
+
+
 def worker(case_name: str, impl_name: str | None, reps: int, check: bool) -> dict:
     """Runs against the tree under test (whichever foxcute is first on sys.path): the case
     with `impl_name`, timed; with `check` also its errors and output digests."""
     benchmarks = importlib.import_module("foxcute.benchmarks")
     timing = importlib.import_module("foxcute.timing")
-
-    case = next((c for c in benchmarks.CASES if c.name == case_name), None)
-    if case is None:
-        raise SystemExit(f"foxcute.compare: unknown case {case_name!r}; python -m foxcute.profile --list shows them")
-    impls = [impl for impl in benchmarks.impls() if impl.applies(case)]
-    names = [impl.name for impl in impls]
-    wanted = impl_name or next((n for n in names if n.startswith("cute")), None)
-    if wanted not in names:
-        raise SystemExit(f"foxcute.compare: {case_name} has no implementation {wanted!r} here; present: {names}")
-    impl = impls[names.index(wanted)]
+    try:
+        case, impl = select(benchmarks, case_name, impl_name)
+    except ValueError as exc:
+        raise SystemExit(f"foxcute.compare: {exc}") from None
     inputs = case.make(np.random.default_rng(0), case.sizes)
     fn = impl.make(case, benchmarks.to_device(inputs, impl.library))
     result = {"foxcute": str(Path(benchmarks.__file__).resolve().parent), "impl": impl.name}
     if check:
         outputs = benchmarks.flatten(fn())
         again = benchmarks.flatten(fn())
-        result["repeatable"] = all(_digest(a) == _digest(b) for a, b in zip(outputs, again))
         result["digests"] = [_digest(o) for o in outputs]
+        result["repeatable"] = result["digests"] == [_digest(o) for o in again]
         errors = benchmarks.output_errors(case, inputs, outputs, benchmarks.reference(case, inputs))
         result["max_rel_err"] = max(errors.values())
     if impl.graph:
@@ -85,7 +96,8 @@ def worker(case_name: str, impl_name: str | None, reps: int, check: bool) -> dic
 
 
 def _run_worker(tree: Path, args: argparse.Namespace, check: bool) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
+    path = [str(tree)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     command = [sys.executable, str(Path(__file__).resolve()), args.case, "--worker", "--reps", str(args.reps)] \
         + (["--impl", args.impl] if args.impl else []) + (["--check"] if check else [])
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)

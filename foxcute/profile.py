@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from . import benchmarks
+from .compare import select
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,27 +31,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    found = benchmarks.impls()
-    impls_of = {case.name: [impl for impl in found if impl.applies(case)] for case in benchmarks.CASES}
     if args.list or args.case is None:
-        for name, impls in impls_of.items():
-            print(f"{name:36s} {' '.join(impl.name for impl in impls)}")
+        found = benchmarks.impls()
+        for case in benchmarks.CASES:
+            print(f"{case.name:36s} {' '.join(impl.name for impl in found if impl.applies(case))}")
         return 0 if args.list else 2
-    if args.case not in impls_of:
-        print(f"foxcute.profile: unknown case {args.case!r}; --list shows them", file=sys.stderr)
+    try:
+        case, impl = select(benchmarks, args.case, args.impl)
+    except ValueError as exc:
+        print(f"foxcute.profile: {exc}", file=sys.stderr)
         return 2
     if args.calls < 1:
         print(f"foxcute.profile: --calls must be >= 1, got {args.calls}", file=sys.stderr)
         return 2
-    impls = impls_of[args.case]
-    names = [impl.name for impl in impls]
-    wanted = args.impl or next((n for n in names if n.startswith("cute")), None)
-    if wanted not in names:
-        print(f"foxcute.profile: {args.case} has no implementation {wanted!r} here; present: {names}",
-              file=sys.stderr)
-        return 2
-    impl = impls[names.index(wanted)]
-    case = next(c for c in benchmarks.CASES if c.name == args.case)
     fn = impl.make(case, benchmarks.to_device(case.make(np.random.default_rng(0), case.sizes), impl.library))
     for _ in range(1 + args.calls):
         fn()
