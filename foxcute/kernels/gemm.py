@@ -310,13 +310,14 @@ def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cut
     """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over S shared
     buffers (S = stages_of(b); at 3, chunks kc+1 and kc+2 are in flight by cp.async while
     chunk kc is multiplied). A is streamed (`a`) or resident in shared memory (`a_resident`
-    [bm, K], a = None); B is always streamed. after_chunk(buf), if given, runs on each staged chunk after its MMAs (e.g. a
-    column sum of the staged operand). multiply(sA_chunk, sB_chunk, acc), if given, does a
-    chunk's products in place of tile_mma (a caller's own fragment path; mode and a_relu are
-    then unused). started: the caller has already issued the first chunks (start_chunks with
-    the same operands, no other cp.async group committed since), e.g. before an epilogue
-    that does not touch the staging buffers, so their latency hides behind it. Ends with a
-    barrier: the buffers are free again."""
+    [bm, K], a = None); B is always streamed. after_chunk(buf), if given, runs on each
+    staged chunk after its MMAs (e.g. a column sum of the staged operand).
+    multiply(sA_chunk, sB_chunk, acc), if given, does a chunk's products in place of
+    tile_mma (a caller's own fragment path; mode and a_relu are then unused). started: the
+    caller has already issued the first chunks (start_chunks with the same operands, no
+    other cp.async group committed since), e.g. before an epilogue that does not touch the
+    staging buffers, so their latency hides behind it. Ends with a barrier: the buffers are
+    free again."""
     b_mX, b_stage3, b_view = b.tensors
     b_num_rows, b_row0, b_vec0, b_num_vecs = b.ints
     b_rows, b_vecs, b_vec, b_along_rows, b_threads = b.static

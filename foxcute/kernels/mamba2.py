@@ -861,11 +861,12 @@ class FusedBackward(_TileCopies):
     (outputs bit-identical run to run, errors equal to before's at 7 sizes, tf32 and fp32).
     Papermill run 20261202T013119Z (that version): the backward 90.7 us (2.3x its floor), in
     the step breakdown FusedBackward 82.3 us.
-    Then, with h and dout resident, phase 1 has nothing rewritten between chunks (each has its
-    own buffers, rounded in place by the threads that copied them), so its closing barrier
-    a chunk goes, and h is rounded once a tile in place, in phase 2 (phase 1's c product read
-    it as it is), so phase 3's staging barrier a chunk goes too (8 of ~18 barriers a tile;
-    predicted ~-3 us), and with it the h and dout chunk buffers (220 KB at the defaults). Measured (same H200 call, whole backward graph-replayed): 90.4-90.7 ->
+    Then, with h and dout resident, phase 1 has nothing rewritten between chunks (each has
+    its own buffers, rounded in place by the threads that copied them), so its closing
+    barrier a chunk goes, and h is rounded once a tile in place, in phase 2 (phase 1's c
+    product read it as it is), so phase 3's staging barrier a chunk goes too (8 of ~18
+    barriers a tile; predicted ~-3 us), and with it the h and dout chunk buffers (220 KB at
+    the defaults). Measured (same H200 call, whole backward graph-replayed): 90.4-90.7 ->
     89.0 us; tests/test_gpu_mamba2.py -k fused passed; compute-sanitizer memcheck and
     racecheck clean at two multi-tile sizes (more tiles than CTAs).
     """
@@ -1035,8 +1036,9 @@ class FusedBackward(_TileCopies):
         dc_rows; N = CHUNK; K = D), the other 4 dW_C[chunk] += h^T dc (M = CHUNK, N = D,
         K = samples, padded to h_rows with zero rows) into acc_wc, the chunk's dW_C
         accumulators for the whole launch. dh stores 64-bit pairs. dc, h and W_C were rounded
-        when they were put in shared memory. As FFMA (fp32's path) these took 1 + 2D shared loads and 4D FFMAs per 4
-        outputs of dh, on half of the threads, and 2 Bt loads per 4 of dW_C."""
+        when they were put in shared memory. As FFMA (fp32's path) these took 1 + 2D shared
+        loads and 4D FFMAs per 4 outputs of dh, on half of the threads, and 2 Bt loads per 4
+        of dW_C."""
         D = self.D
         if tid < THREADS // 2:
             acc = tiled_dh.make_fragment_C(tiled_dh.partition_shape_C((self.dc_rows, CHUNK)))
