@@ -170,21 +170,22 @@ class WgmmaPlan:
     Offsets are in floats, on swizzle-atom (1 KB) boundaries."""
 
     Z_TILE = 128
-    PRED_TILE = 128  # its epilogue holds s_next and b2 beside the accumulators
-    PRODUCT_TILE = 256
+    PRODUCT_TILE = 128  # 64 columns a warpgroup: 32 accumulators a thread
+    Z_STAGES = 3  # of an s chunk and the W1s hi / lo chunks (41 KB at the defaults)
+    PRODUCT_STAGES = 6  # of a weight chunk (16 KB): five in flight
 
     def __init__(self, f: int, h: int):
         atom = _wgmma.ATOM_BYTES // 4
         def up(x): return -(-x // atom) * atom
         self.z_tile = wgmma_tile(h, self.Z_TILE)
-        self.pred_tile = wgmma_tile(f, self.PRED_TILE)  # pred's columns (F)
+        self.pred_tile = wgmma_tile(f, self.PRODUCT_TILE)  # pred's columns (F)
         self.h_tile = wgmma_tile(h, self.PRODUCT_TILE)  # dh's (H)
         self.f_tile = wgmma_tile(f, self.PRODUCT_TILE)  # ds's (F)
         self.s_stage = ROW_BLOCK_WGMMA * (CHUNK + PAD)
-        self.hi = up(STAGES * self.s_stage)
-        self.lo = self.hi + STAGES * self.z_tile * CHUNK
-        z_staging = self.lo + STAGES * self.z_tile * CHUNK
-        self.dp = up(STAGES * max(self.pred_tile, self.h_tile, self.f_tile) * CHUNK)
+        self.hi = up(self.Z_STAGES * self.s_stage)
+        self.lo = self.hi + self.Z_STAGES * self.z_tile * CHUNK
+        z_staging = self.lo + self.Z_STAGES * self.z_tile * CHUNK
+        self.dp = up(self.PRODUCT_STAGES * max(self.pred_tile, self.h_tile, self.f_tile) * CHUNK)
         self.raw_floats = max(z_staging, self.dp + ROW_BLOCK_WGMMA * f)
         small = 2 * ROW_BLOCK_WGMMA + 4 * ROW_BLOCK_WGMMA + 2 * h  # sActs, sRowPart, sB1, sTau
         self.smem_bytes = 4 * (self.raw_floats + ROW_BLOCK_WGMMA * h + small) + 2 * _wgmma.ATOM_BYTES
@@ -980,10 +981,10 @@ class RowPass:
     # ---- The wgmma row pass (TF32, 64-row blocks) ----------------------------------------
 
     @cute.jit
-    def stage_weights(self, mW: cute.Tensor, n0: Int32, kc: int, sW: cute.Tensor, stage: int,
+    def stage_weights(self, mW: cute.Tensor, n0: Int32, kc: Int32, sW: cute.Tensor, stage: Int32,
                       rows: cutlass.Constexpr[int], tid: Int32):
         """Rows n0 .. n0 + rows of the prepared weight mW ([n, k / 4, 4]), k chunk kc, into
-        `stage` of sW ((rows / 2, CHUNK, 2, STAGES), 128B-swizzled): row r to warpgroup
+        `stage` of sW ((rows / 2, CHUNK, 2, stages), 128B-swizzled): row r to warpgroup
         r // (rows / 2)'s half, sW[r % (rows / 2), :, r // (rows / 2), stage], by 16-byte
         cp.async (L2 only: every CTA reads the same weights)."""
         atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
@@ -1000,41 +1001,43 @@ class RowPass:
                 cute.copy(atom, mW[n0 + r, kc * vecs + q, None], dst)
 
     @cute.jit
-    def issue_wgmma_chunk(self, loop: tuple, kc: int, tid: Int32):
-        """Chunk kc of a wgmma chunk loop (see wgmma_loops) into stage kc % STAGES, committed as
+    def issue_wgmma_chunk(self, loop: tuple, kc: Int32, tid: Int32):
+        """Chunk kc of a wgmma chunk loop (see wgmma_loops) into stage kc % stages, committed as
         one cp.async group; nothing past the loop's end (an empty group)."""
-        s_op, weights, n0, rows, chunks = loop
-        if cutlass.const_expr(kc < chunks):
+        s_op, weights, n0, rows, chunks, stages = loop
+        if kc < chunks:
             if cutlass.const_expr(s_op is not None):
-                issue_chunk(*s_op.tensors[:2], *s_op.ints, *s_op.static, kc, kc % STAGES, tid)
+                issue_chunk(*s_op.tensors[:2], *s_op.ints, *s_op.static, kc, kc % stages, tid)
             for mW, sW in weights:
-                self.stage_weights(mW, n0, kc, sW, kc % STAGES, rows, tid)
+                self.stage_weights(mW, n0, kc, sW, kc % stages, rows, tid)
         cute.arch.cp_async_commit_group()
 
     @cute.jit
     def start_wgmma_loop(self, loops: list, p: int, tid: Int32):
-        """The first STAGES - 1 chunks of chunk loop p (none past the last loop): issued once
+        """The first stages - 1 chunks of chunk loop p (none past the last loop): issued once
         the loop before has finished with the staging buffers, before its epilogue."""
         if cutlass.const_expr(p < len(loops)):
-            for kc in cutlass.range_constexpr(STAGES - 1):
-                self.issue_wgmma_chunk(loops[p], kc, tid)
+            for kc in cutlass.range_constexpr(loops[p][5] - 1):
+                self.issue_wgmma_chunk(loops[p], Int32(kc), tid)
 
     @cute.jit
     def run_wgmma_loop(self, loops: list, p: int, tid: Int32, mma_chunk):
         """Chunk loop p: per chunk, wait for it, publish it to the tensor cores, one barrier
         (every thread's copies of chunk kc are in; every warpgroup has waited for chunk
-        kc - 1's wgmma group, so its stage can be refilled with chunk kc + STAGES - 1), issue
+        kc - 1's wgmma group, so its stage can be refilled with chunk kc + stages - 1), issue
         that refill, then `mma_chunk(kc, stage)` issues chunk kc's group and this warpgroup
         waits for it. Waiting a group a chunk leaves the tensor cores idle between groups,
-        but keeps STAGES - 1 chunks in flight with three 32 KB stages (a group kept in
-        flight would hold a fourth). Ends with a barrier: the stages are free."""
-        chunks = loops[p][4]
-        for kc in cutlass.range_constexpr(chunks):
-            cute.arch.cp_async_wait_group(STAGES - 2)
+        but keeps stages - 1 chunks in flight (a group kept in flight would hold one more
+        stage). A loop at run time, not unrolled: unrolled, the four products' loops made the
+        kernel ~110 KB of code, and a fifth of its time went to instruction fetch (ncu:
+        stall "no instruction"). Ends with a barrier: the stages are free."""
+        chunks, stages = loops[p][4], loops[p][5]
+        for kc in cutlass.range(chunks, unroll=1):
+            cute.arch.cp_async_wait_group(stages - 2)
             _wgmma.publish()
             cute.arch.barrier()
-            self.issue_wgmma_chunk(loops[p], kc + STAGES - 1, tid)
-            mma_chunk(kc, kc % STAGES)
+            self.issue_wgmma_chunk(loops[p], kc + stages - 1, tid)
+            mma_chunk(kc, kc % stages)
             warpgroup.wait_group(0)
         cute.arch.barrier()
 
@@ -1043,22 +1046,25 @@ class RowPass:
                     sWhi: cute.Tensor, sWlo: cute.Tensor, sWp: cute.Tensor, sWh: cute.Tensor,
                     sWf: cute.Tensor) -> list:
         """The chunk loops in the order they run, each (s's Operand or None, [(weights, their
-        staging)], first weight row, rows a chunk, chunks): z's column tiles (s; W1s hi, lo),
-        then pred's (W2), dh's (W2^T) and ds's (W1s^T)."""
+        staging)], first weight row, rows a chunk, chunks, stages): z's column tiles (s; W1s
+        hi, lo), then pred's (W2), dh's (W2^T) and ds's (W1s^T)."""
         plan, f, h = self.plan, self.f, self.h
         s_op = Operand(mS, batch, row0, 0, f // 4, ROW_BLOCK_WGMMA, CHUNK // 4, 4, False, sS3, None,
                        threads=self.threads)
-        loops = [(s_op, [(mW1hv, sWhi), (mW1lv, sWlo)], nt * plan.z_tile, plan.z_tile, f // CHUNK)
+        zs, ps = plan.Z_STAGES, plan.PRODUCT_STAGES
+        loops = [(s_op, [(mW1hv, sWhi), (mW1lv, sWlo)], nt * plan.z_tile, plan.z_tile, f // CHUNK, zs)
                  for nt in range(h // plan.z_tile)]
-        loops += [(None, [(mW2v, sWp)], nt * plan.pred_tile, plan.pred_tile, h // CHUNK)
+        loops += [(None, [(mW2v, sWp)], nt * plan.pred_tile, plan.pred_tile, h // CHUNK, ps)
                   for nt in range(f // plan.pred_tile)]
-        loops += [(None, [(mW2tv, sWh)], nt * plan.h_tile, plan.h_tile, f // CHUNK) for nt in range(h // plan.h_tile)]
-        loops += [(None, [(mW1stv, sWf)], nt * plan.f_tile, plan.f_tile, h // CHUNK) for nt in range(f // plan.f_tile)]
+        loops += [(None, [(mW2tv, sWh)], nt * plan.h_tile, plan.h_tile, f // CHUNK, ps)
+                  for nt in range(h // plan.h_tile)]
+        loops += [(None, [(mW1stv, sWf)], nt * plan.f_tile, plan.f_tile, h // CHUNK, ps)
+                  for nt in range(f // plan.f_tile)]
         return loops
 
     @cute.jit
     def resident_chunk_mma(self, tiled: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor,
-                           kc: int, stage: int):
+                           kc: Int32, stage: Int32):
         """acc += the resident A's k chunk kc times the staged B chunk (tCrB: this warpgroup's
         half of the stages) in `stage`, one wgmma group (CHUNK / 8 instructions), committed."""
         warpgroup.fence()
@@ -1069,7 +1075,7 @@ class RowPass:
 
     @cute.jit
     def z_chunk_mma(self, tiled: cute.TiledMma, acc: cute.Tensor, tCsS: cute.Tensor, rA: cute.Tensor,
-                    rA_lo: cute.Tensor, tBhi: cute.Tensor, tBlo: cute.Tensor, stage: int,
+                    rA_lo: cute.Tensor, tBhi: cute.Tensor, tBlo: cute.Tensor, stage: Int32,
                     row_sq: cute.Tensor):
         """z's chunk: the thread's A fragment of the staged s chunk, split into TF32 hi / lo in
         registers (RS: A is read from them), then per 8-wide k step the wgmmas lo*hi, hi*lo,
@@ -1122,14 +1128,15 @@ class RowPass:
         # z's staging: s chunks (rows padded to 4 (mod 32) banks: conflict-free fragment
         # loads), W1s hi / lo chunks; later the other products' weight stages, and dpred.
         stride = CHUNK + PAD
-        sS3 = cute.make_tensor(raw.iterator, cute.make_layout((bm, CHUNK // 4, 4, STAGES),
+        zs, ps = plan.Z_STAGES, plan.PRODUCT_STAGES
+        sS3 = cute.make_tensor(raw.iterator, cute.make_layout((bm, CHUNK // 4, 4, zs),
                                                               stride=(stride, 4, 1, plan.s_stage)))
-        sS = cute.make_tensor(raw.iterator, cute.make_layout((bm, CHUNK, STAGES), stride=(stride, 1, plan.s_stage)))
-        sWhi = _wgmma.sw128_view(raw.iterator + plan.hi, (plan.z_tile // 2, CHUNK, 2, STAGES))
-        sWlo = _wgmma.sw128_view(raw.iterator + plan.lo, (plan.z_tile // 2, CHUNK, 2, STAGES))
-        sWp = _wgmma.sw128_view(raw.iterator, (plan.pred_tile // 2, CHUNK, 2, STAGES))
-        sWf = _wgmma.sw128_view(raw.iterator, (plan.f_tile // 2, CHUNK, 2, STAGES))
-        sWh = _wgmma.sw128_view(raw.iterator, (plan.h_tile // 2, CHUNK, 2, STAGES))
+        sS = cute.make_tensor(raw.iterator, cute.make_layout((bm, CHUNK, zs), stride=(stride, 1, plan.s_stage)))
+        sWhi = _wgmma.sw128_view(raw.iterator + plan.hi, (plan.z_tile // 2, CHUNK, 2, zs))
+        sWlo = _wgmma.sw128_view(raw.iterator + plan.lo, (plan.z_tile // 2, CHUNK, 2, zs))
+        sWp = _wgmma.sw128_view(raw.iterator, (plan.pred_tile // 2, CHUNK, 2, ps))
+        sWf = _wgmma.sw128_view(raw.iterator, (plan.f_tile // 2, CHUNK, 2, ps))
+        sWh = _wgmma.sw128_view(raw.iterator, (plan.h_tile // 2, CHUNK, 2, ps))
         sDp = _wgmma.sw128_view(raw.iterator + plan.dp, (bm, f))
 
         if tid < bm:
@@ -1214,10 +1221,15 @@ class RowPass:
             for ni in cutlass.range_constexpr(cute.size(acc2) // 4):
                 for v0 in cutlass.range_constexpr(2):
                     b2_frag[v0, ni] = mB2[col0 + cC2[v0 + 4 * ni][1]]
-            for i in cutlass.range_constexpr(cute.size(acc2)):
+            for i in cutlass.range_constexpr(0, cute.size(acc2), 2):  # 64-bit loads, as ds's stores
                 s_next_frag[i] = Float32(0.0)
+                s_next_frag[i + 1] = Float32(0.0)
                 if row0 + cC2[i][0] < batch:
-                    s_next_frag[i] = mSn[row0 + cC2[i][0], col0 + cC2[i][1]]
+                    offset = cute.assume((row0 + cC2[i][0]) * f + col0 + cC2[i][1], divby=2)
+                    pair = cute.make_rmem_tensor(2, Float32)
+                    cute.autovec_copy(cute.make_tensor(mSn.iterator + offset, cute.make_layout(2)), pair)
+                    s_next_frag[i] = pair[0]
+                    s_next_frag[i + 1] = pair[1]
             acc2.fill(0.0)
             self.run_wgmma_loop(loops, p2 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
                 tiled_p, acc2, tCrZ, tCrWp, kc, stage))
@@ -1293,10 +1305,17 @@ class RowPass:
             self.run_wgmma_loop(loops, p4 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
                 tiled_f, acc4, tCrDz, tCrWf, kc, stage))
             self.start_wgmma_loop(loops, p4 + nt + 1, tid)
-            for i in cutlass.range_constexpr(cute.size(acc4)):
+            # A lane's two adjacent columns (elements v0 = 0, 1) as one 64-bit store: the 4 lanes
+            # of a row then write whole 32-byte sectors (one 32-bit store an element, the ds
+            # epilogues took a fifth of the kernel, ncu: waiting on the stores' registers)
+            for i in cutlass.range_constexpr(0, cute.size(acc4), 2):
                 r = cC4[i][0]
                 if row0 + r < batch:
-                    mDs[row0 + r, col0 + cC4[i][1]] = acc4[i]
+                    pair = cute.make_rmem_tensor(2, Float32)
+                    pair[0] = acc4[i]
+                    pair[1] = acc4[i + 1]
+                    offset = cute.assume((row0 + r) * f + col0 + cC4[i][1], divby=2)
+                    cute.autovec_copy(pair, cute.make_tensor(mDs.iterator + offset, cute.make_layout(2)))
 
 
 # ---------------------------------------------------------------------------------------------
