@@ -20,7 +20,8 @@ Where the split is, and why (four launches and one small copy).
   load: at the defaults the row pass issues ~9.1k instructions a warp (SASS count) instead
   of ~12.9k converting and transposing the weights itself.
 - `RowPass` (one kernel) does everything that is row-local, for a block of `bm` rows per CTA
-  (64 at the defaults: 128 CTAs of 8 warps): z, hid, pred, diff, r, dpred, dh, dz and ds,
+  (64 at the defaults: 128 CTAs of 8 warps; in TF32 at 64-row blocks the products run on
+  wgmma, RowPass.kernel_wgmma, elsewhere on mma.sync or FFMA): z, hid, pred, diff, r, dpred, dh, dz and ds,
   with z (then dz, in place) and dpred resident in shared memory between the four products;
   only the weights and s stream through a 3-stage cp.async pipeline (gemm.mma_chunks; each
   loop's first chunks are issued before the previous loop's epilogue). It
@@ -74,7 +75,14 @@ sets alternating (one group in flight while the next block's fragment loads) 19.
 layer 70.2-70.4 us, batch 1 49.1 us (51.6; on a later machine than the 72.6 us).
 Column sums on a side lane beside the weight gradients (H200 A/B script, graph-replayed):
 the layer 70.65 -> 68.98 us; papermill run 20261201T224219Z: 67.5 us.
-The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
+The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory; ~197 KB on wgmma).
+Then the TF32 row pass on wgmma (RowPass, option (d); H200, foxcute.compare, graph-replayed,
+the layer): first 71.7-72.3 us against 65.3-65.9 for mma.sync; its chunk loops unrolled made
+~110 KB of code, and ncu put a fifth of the samples on instruction fetch and the ds
+epilogues' 32-bit stores near another fifth; at run-time loops 63.9-64.2 (RowPass 38.2 us in
+ncu); with ds stored and s_next loaded as 64-bit pairs 57.5-58.1 against 65.2-65.8.
+Papermill run 20261202T033351Z: the layer 59.8 us (67.6 in run 20261202T013119Z), step
+breakdown RowPass 30.8 us (38.8).
 Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
 where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
 row-pass CTAs runs the same chain (four products, their epilogues, ~40 barriers) as the
@@ -462,6 +470,15 @@ class RowPass:
         ~15-20 us; then the weight traffic (64 MB from L2 per launch, ~8 us at ~8 TB/s)
         becomes the floor, lowered only by sharing weight chunks between CTAs (cluster TMA
         multicast) or larger row blocks. The largest gain, and a rewrite of the kernel.
+        Done for TF32 at 64-row blocks (kernel_wgmma; measured: module docstring). RowPass
+        went 38.8 -> 30.8 us, not to the predicted 15-20: in ncu (38.2 us version, before
+        the 64-bit ds stores) a quarter of the samples wait at barriers (the per-chunk one,
+        with each warpgroup waiting for its own group before it: the tensor cores idle
+        between chunks; the dz column-sum pass of 4 warps before ds's first chunk) and a
+        quarter on global memory (the W1a gather and s_next, the exact-z loads); the z
+        chunk loop, ~0.9 us a chunk, is twice its tensor-core time. Next: one group kept
+        in flight across the chunk barrier (two A register sets for z), the column sums
+        from the accumulators, and weight chunks shared by a cluster.
     """
 
     def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
@@ -779,7 +796,7 @@ class RowPass:
                mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
-        bm, f, h, na = self.bm, self.f, self.h, self.num_actions
+        bm, f, h = self.bm, self.f, self.h
         row0 = cta * bm
         smem = cutlass.memory.SmemAllocator()
         # STAGES-deep staging for the streamed chunks: rows of s, and one weight chunk (an
