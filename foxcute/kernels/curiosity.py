@@ -1114,6 +1114,19 @@ class RowPass:
             cute.gemm(tiled, acc, rA[None, None, ks], tBhi[None, None, ks, stage], acc)
         warpgroup.commit_group()
 
+    @staticmethod
+    def resident_product(n: int, sA: cute.Tensor, sW: cute.Tensor, wg: Int32, wtid: Int32) -> tuple:
+        """One warpgroup's half (n columns) of a product with A resident in shared memory: the
+        tiled MMA, A's descriptors (MMA, 1, K / 8), this warpgroup's half of the weight stages'
+        descriptors (MMA, 1, CHUNK / 8, stages), the accumulators' coordinates and the
+        accumulators."""
+        tiled = _wgmma.tiled_mma_tf32(n)
+        thr = tiled.get_slice(wtid)
+        tCrA = tiled.make_fragment_A(thr.partition_A(sA))
+        tCrB = tiled.make_fragment_B(thr.partition_B(sW))[None, None, None, wg, None]
+        coords = thr.partition_C(cute.make_identity_tensor((ROW_BLOCK_WGMMA, n)))
+        return tiled, tCrA, tCrB, coords, tiled.make_fragment_C(tiled.partition_shape_C((ROW_BLOCK_WGMMA, n)))
+
     @cute.kernel
     def kernel_wgmma(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1sv: cute.Tensor,
                      mW1hv: cute.Tensor, mW1lv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
@@ -1223,12 +1236,7 @@ class RowPass:
         # ---- Phase 2: pred = hid @ W2^T + b2; diff, r, dpred -> sDp and global.
         p2 = h // plan.z_tile  # index of pred's first chunk loop
         n2 = plan.pred_tile // 2
-        tiled_p = _wgmma.tiled_mma_tf32(n2)
-        thr_p = tiled_p.get_slice(wtid)
-        tCrZ = tiled_p.make_fragment_A(thr_p.partition_A(sZ))  # (MMA, 1, H / 8) descriptors
-        tCrWp = tiled_p.make_fragment_B(thr_p.partition_B(sWp))[None, None, None, wg, None]  # (MMA, 1, CHUNK / 8, STAGES)
-        cC2 = thr_p.partition_C(cute.make_identity_tensor((bm, n2)))
-        acc2 = tiled_p.make_fragment_C(tiled_p.partition_shape_C((bm, n2)))
+        tiled_p, tCrZ, tCrWp, cC2, acc2 = self.resident_product(n2, sZ, sWp, wg, wtid)
         row_sq = cute.make_rmem_tensor(2, Float32)
         row_sq.fill(0.0)
         s_next_frag = cute.make_rmem_tensor(cute.size(acc2), Float32)
@@ -1283,12 +1291,7 @@ class RowPass:
         # ---- Phase 3: dh = dpred @ W2; dz = dh * (z > 0) -> sZ (in place) and global.
         p3 = p2 + f // plan.pred_tile
         n3 = plan.h_tile // 2
-        tiled_h = _wgmma.tiled_mma_tf32(n3)
-        thr_h = tiled_h.get_slice(wtid)
-        tCrDp = tiled_h.make_fragment_A(thr_h.partition_A(sDp))  # (MMA, 1, F / 8) descriptors
-        tCrWh = tiled_h.make_fragment_B(thr_h.partition_B(sWh))[None, None, None, wg, None]
-        cC3 = thr_h.partition_C(cute.make_identity_tensor((bm, n3)))
-        acc3 = tiled_h.make_fragment_C(tiled_h.partition_shape_C((bm, n3)))
+        tiled_h, tCrDp, tCrWh, cC3, acc3 = self.resident_product(n3, sDp, sWh, wg, wtid)
         for nt in cutlass.range_constexpr(h // plan.h_tile):
             col0 = nt * plan.h_tile + wg * n3
             acc3.fill(0.0)
@@ -1310,12 +1313,7 @@ class RowPass:
         # ---- Phase 4: ds = dz @ W1s -> global.
         p4 = p3 + h // plan.h_tile
         n4 = plan.f_tile // 2
-        tiled_f = _wgmma.tiled_mma_tf32(n4)
-        thr_f = tiled_f.get_slice(wtid)
-        tCrDz = tiled_f.make_fragment_A(thr_f.partition_A(sZ))  # sZ holds dz now
-        tCrWf = tiled_f.make_fragment_B(thr_f.partition_B(sWf))[None, None, None, wg, None]
-        cC4 = thr_f.partition_C(cute.make_identity_tensor((bm, n4)))
-        acc4 = tiled_f.make_fragment_C(tiled_f.partition_shape_C((bm, n4)))
+        tiled_f, tCrDz, tCrWf, cC4, acc4 = self.resident_product(n4, sZ, sWf, wg, wtid)  # sZ holds dz now
         for nt in cutlass.range_constexpr(f // plan.f_tile):
             col0 = nt * plan.f_tile + wg * n4
             acc4.fill(0.0)
