@@ -43,7 +43,10 @@ STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile_
 _TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
                 "torch_compile_cudagraphs": "reduce-overhead"}  # foxcute.peers.step.Step modes
 
-_DSL_NAME = re.compile(r"kernel_cutlass_kernel_(?:foxcutekernels)?(\w+?)_object_at_")
+# kernel_cutlass_<method>_foxcutekernels<module><Class>_object_at_...: <method> is the
+# @cute.kernel method's name ("kernel", or e.g. "kernel_wgmma" where a class has two)
+_DSL_NAME = re.compile(r"kernel_cutlass_(\w+?)_(?:foxcutekernels)?(\w+?)_object_at_")
+_DSL_METHOD_NAME = re.compile(r"kernel_cutlass_(\w+?)_foxcutekernels(\w+?)_object_at_")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,15 +67,17 @@ def _kernel_modules() -> list[str]:
 
 def short_kernel_name(name: str, modules: Sequence[str] | None = None) -> str:
     """A readable kernel name: "module.Class" for foxcute's CuTe DSL kernels (the DSL names
-    them kernel_cutlass_kernel_foxcutekernels<module><Class>_object_at_<arguments>), the
-    name without arguments or template parameters for anything else."""
-    found = _DSL_NAME.search(name)
+    them kernel_cutlass_kernel_foxcutekernels<module><Class>_object_at_<arguments>), with
+    ".method" where the @cute.kernel method is not `kernel`; the name without arguments or
+    template parameters for anything else."""
+    found = _DSL_METHOD_NAME.search(name) or _DSL_NAME.search(name)
     if found:
-        joined = found.group(1)
+        method, joined = found.groups()
+        suffix = "" if method == "kernel" else f".{method}"
         for module in (_kernel_modules() if modules is None else modules):
             if joined.startswith(module) and len(joined) > len(module):
-                return f"{module}.{joined[len(module):]}"
-        return joined
+                return f"{module}.{joined[len(module):]}{suffix}"
+        return joined + suffix
     plain = name.removeprefix("void ")
     cut = min((i for i in (plain.find("<"), plain.find("(")) if i > 0), default=len(plain))
     return plain[:cut].strip()

@@ -22,8 +22,12 @@ from conftest import disassemble  # noqa: E402
 
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
-@pytest.mark.parametrize("f,h,num_actions,action_dtype", [(256, 128, 3, Int64), (512, 512, 16, Int32)])
+@pytest.mark.parametrize("f,h,num_actions,action_dtype", [(256, 128, 3, Int64), (96, 160, 5, Int64),
+                                                           (512, 512, 16, Int32)])
 def test_row_pass_keeps_everything_in_registers(precision, f, h, num_actions, action_dtype):
+    """At the defaults and F = 96, H = 160 (TF32: the wgmma kernel, 80-column z tiles) and at
+    the widest sizes (TF32: the mma.sync kernel, 32-row blocks)."""
+    assert curiosity.uses_wgmma(f, h, precision) == (precision == "tf32" and f + h <= 384)
     report = _cute.ptxas_report(*curiosity.row_pass_compile_args(f, h, num_actions, precision, action_dtype))
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
     assert curiosity.RowPass.smem_floats(curiosity.row_block(f, h), f, h) * 4 <= curiosity.SMEM_BUDGET
@@ -89,7 +93,7 @@ def test_epilogue_loads_are_not_serialized_behind_stores(precision, tmp_path):
     memory round trip per element (the cause of most of the row pass's time before the
     operands were loaded up front)."""
     sass = _sass(precision, tmp_path)
-    assert "HMMA" in sass or precision == "fp32"
+    assert "HGMMA" in sass or precision == "fp32"
     segments = re.split(r"\bBAR\.SYNC", sass)
     assert len(segments) > 8  # the four products' chunk loops and the epilogues between them
     for segment in segments:
@@ -113,19 +117,23 @@ def test_output_stores_are_64_bit_pairs(precision, tmp_path):
         assert ops.count("") >= 32 + 2 * 32 + 32  # hid^T, dpred^T, dz^T (+ r, partials)
 
 
-def test_tf32_fragments_by_ldmatrix_and_rounded_once():
-    """TF32 row pass: every MMA fragment comes by ldmatrix.x4 (per 8-wide k step and warp: 2
-    for A's two 16-row blocks, 2 for B's four 8-column blocks; 6 chunk loops of 4 steps: z,
-    pred's two column tiles, dh, ds's two column tiles), with no cvt.rna at a fragment: z's
-    3xTF32 split is integer arithmetic, the weights come rounded from WeightPrep, and hid,
-    dpred and dz are rounded once where they are left in shared memory (32 for hid, and
-    COLSUM_ROWS each for dpred and dz: their column-sum passes load that many rows, then
-    store them rounded), and dpred, dz once more as their K-major copies leave the
-    accumulators (64 and 32; hid's copy is sZ's value). Before: 448 cvt.rna, one per fragment
-    element, and 439 scalar shared loads."""
+def test_tf32_products_on_wgmma_and_rounded_once():
+    """TF32 row pass at the defaults: the four products on wgmma, as many instructions in the
+    PTX as its chunk loops' bodies hold (a loop per column tile, each body one chunk: z one
+    tile of 4 k steps x 3 (3xTF32), pred two tiles x 4, dh one x 4, ds two x 4), no mma.sync
+    and no ldmatrix; no cvt.rna at an operand: z's split is integer arithmetic, the weights
+    come rounded (and W1s split) from WeightPrep, and hid, dpred and dz are rounded once
+    where they are left in shared memory (32 for hid, and COLSUM_ROWS each for dpred and dz:
+    their column-sum passes load that many rows, then store them rounded), and dpred, dz once
+    more as their K-major copies leave the accumulators (64 and 32; hid's copy is sZ's
+    value). The mma.sync version before had 96 ldmatrix.x4 and 1536 mma.sync a warp."""
     ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
     tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
-    assert tf32.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 6 * 4 * (2 + 2)
+    assert curiosity.uses_wgmma(256, 128, "tf32") and not curiosity.uses_wgmma(256, 128, "fp32")
+    # every tile 64 columns a warpgroup: m64n64k8
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k8\.f32\.tf32\.tf32", tf32)) == 4 * 3 + 2 * 4 + 4 + 2 * 4
+    assert len(re.findall(r"wgmma\.mma_async", tf32)) == 4 * 3 + 2 * 4 + 4 + 2 * 4
+    assert "mma.sync" not in tf32 and "ldmatrix" not in tf32
     assert tf32.count("cvt.rna.tf32.f32") == 32 + 2 * curiosity.COLSUM_ROWS + 64 + 32
     assert "ldmatrix" not in fp32 and "cvt.rna" not in fp32
     # WeightPrep: W2 and W1s rounded in TF32 mode only.
@@ -133,14 +141,15 @@ def test_tf32_fragments_by_ldmatrix_and_rounded_once():
 
 
 def test_tf32_z_split_rounds_both_parts():
-    """z's 3xTF32 operands, split from the staged float32 values: hi = rna(x), lo = rna(x - hi),
-    each half a TF32 ulp added and the low 13 bits cleared (ptxas then drops lo's mask: the
-    MMA ignores those bits), gemm's cvt.rna split bit for bit. Per thread and 32-wide chunk
-    of z: 4 k steps x (8 A + 8 B) values. A lo left to the MMA's truncation has half the adds."""
-    ptx = curiosity.compiled_for_ci()["row_pass_tf32"].__ptx__
-    values = 4 * (8 + 8)
-    assert len(re.findall(r"add\.s32\s+%r\d+, %r\d+, 4096;", ptx)) == 2 * values
-    assert len(re.findall(r"and\.b32\s+%r\d+, %r\d+, -8192;", ptx)) == 2 * values
+    """z's 3xTF32 operands: hi = rna(x), lo = rna(x - hi), each half a TF32 ulp added and the
+    low 13 bits cleared, gemm's cvt.rna split bit for bit. The row pass splits s as it loads
+    its A fragment (per thread and 32-wide chunk: 4 k steps x 4 values), WeightPrep W1s once
+    (one value a thread; wgmma reads B from shared memory only). A lo left to the MMA's
+    truncation would have half the adds."""
+    ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
+    for name, values in (("row_pass_tf32", 4 * 4), ("weight_prep_tf32", 1)):
+        assert len(re.findall(r"add\.s32\s+%r\d+, %r\d+, 4096;", ptx[name])) == 2 * values, name
+        assert len(re.findall(r"and\.b32\s+%r\d+, %r\d+, -8192;", ptx[name])) == 2 * values, name
 
 
 def test_tf32_z_signs_near_zero_recomputed_in_float64():
@@ -149,15 +158,15 @@ def test_tf32_z_signs_near_zero_recomputed_in_float64():
     vote per round of candidates (a lane's lowest left), one ballot of the lanes offering one,
     and per group of exact_z_group(F) of them warp-wide float64 dot products, F / 32 = 8
     fma.rn.f64 a lane each (before: a ballot per accumulator element, 32, and one entry a time);
-    tau's factors: 4 row norms a thread (sqrt of squares summed from z's A fragments, 8 FFMAs
-    per 8-wide k step), WeightPrep's W1s row norms. fp32 mode sums every z in float64 already
+    tau's factors: 2 row norms a thread (sqrt of squares summed from z's A fragments: a
+    thread's wgmma accumulators are in two rows), WeightPrep's W1s row norms. fp32 mode sums every z in float64 already
     and has none of it (its PTX is unchanged)."""
     ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
     tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
     assert tf32.count("vote.sync.any.pred") == 1
     assert tf32.count("vote.sync.ballot.b32") == 1
     assert tf32.count("fma.rn.f64") == curiosity.exact_z_group(256) * 256 // 32
-    assert tf32.count("sqrt.rn.f32") == 4
+    assert tf32.count("sqrt.rn.f32") == 2
     assert ptx["weight_prep_tf32"].count("sqrt.rn.f32") == 1
     assert "vote.sync" not in fp32 and "sqrt" not in fp32 and "sqrt" not in ptx["weight_prep_fp32"]
 

@@ -13,11 +13,14 @@ from foxcute.breakdown import KernelEvent
 
 SIZES = step.StepSizes(B=6, K=3, SH2=10, D=4, Q=5, A_q=5, H_q=7, A=3, H_c=9, I_risk=4, H_risk=6,
                        I_kan=3, O_kan=4, G_kan=5, H_iqn=11)
-MODULES = ("column_sum", "naive_q_denoise", "q_denoise", "risk_budget", "_naive", "mamba2", "naive_mamba2")
+MODULES = ("column_sum", "naive_q_denoise", "q_denoise", "risk_budget", "_naive", "mamba2", "naive_mamba2",
+           "naive_curiosity", "curiosity")
 DSL_COLUMN_SUM = ("kernel_cutlass_kernel_foxcutekernelscolumn_sumColumnSum_object_at__tensorptrf32gmemalign16"
                   "o341241_tensorptrf32gmemalign16o31311_0")
 DSL_NAIVE_Q = "kernel_cutlass_kernel_foxcutekernelsnaive_q_denoisePerSample_object_at__tensorptrf32gmem_0"
 DSL_BATCH_SUM = "kernel_cutlass_kernel_foxcutekernels_naiveBatchSum_object_at__tensorptrf32gmemalign16o1_0"
+DSL_ROW_PASS_WGMMA = ("kernel_cutlass_kernel_wgmma_foxcutekernelscuriosityRowPass_object_at__tensorptrf32gmemalign16"
+                      "o64425641_tensorptri32gmemalign16o1_0")
 TORCH_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
 
@@ -26,6 +29,7 @@ TORCH_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::Fil
     (DSL_COLUMN_SUM, "column_sum.ColumnSum"),
     (DSL_NAIVE_Q, "naive_q_denoise.PerSample"),
     (DSL_BATCH_SUM, "_naive.BatchSum"),
+    (DSL_ROW_PASS_WGMMA, "curiosity.RowPass.kernel_wgmma"),
     (TORCH_FILL, "at::native::vectorized_elementwise_kernel"),
     ("Memset (Device)", "Memset"),
     ("ampere_sgemm_128x64_tn", "ampere_sgemm_128x64_tn"),

@@ -20,7 +20,8 @@ Where the split is, and why (four launches and one small copy).
   load: at the defaults the row pass issues ~9.1k instructions a warp (SASS count) instead
   of ~12.9k converting and transposing the weights itself.
 - `RowPass` (one kernel) does everything that is row-local, for a block of `bm` rows per CTA
-  (64 at the defaults: 128 CTAs of 8 warps): z, hid, pred, diff, r, dpred, dh, dz and ds,
+  (64 at the defaults: 128 CTAs of 8 warps; in TF32 at 64-row blocks the products run on
+  wgmma, RowPass.kernel_wgmma, elsewhere on mma.sync or FFMA): z, hid, pred, diff, r, dpred, dh, dz and ds,
   with z (then dz, in place) and dpred resident in shared memory between the four products;
   only the weights and s stream through a 3-stage cp.async pipeline (gemm.mma_chunks; each
   loop's first chunks are issued before the previous loop's epilogue). It
@@ -74,7 +75,14 @@ sets alternating (one group in flight while the next block's fragment loads) 19.
 layer 70.2-70.4 us, batch 1 49.1 us (51.6; on a later machine than the 72.6 us).
 Column sums on a side lane beside the weight gradients (H200 A/B script, graph-replayed):
 the layer 70.65 -> 68.98 us; papermill run 20261201T224219Z: 67.5 us.
-The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory).
+The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory; ~197 KB on wgmma).
+Then the TF32 row pass on wgmma (RowPass, option (d); H200, foxcute.compare, graph-replayed,
+the layer): first 71.7-72.3 us against 65.3-65.9 for mma.sync; its chunk loops unrolled made
+~110 KB of code, and ncu put a fifth of the samples on instruction fetch and the ds
+epilogues' 32-bit stores near another fifth; at run-time loops 63.9-64.2 (RowPass 38.2 us in
+ncu); with ds stored and s_next loaded as 64-bit pairs 57.5-58.1 against 65.2-65.8.
+Papermill run 20261202T033351Z: the layer 59.8 us (67.6 in run 20261202T013119Z), step
+breakdown RowPass 30.8 us (38.8).
 Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
 where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
 row-pass CTAs runs the same chain (four products, their epilogues, ~40 barriers) as the
@@ -91,10 +99,11 @@ import cutlass.cute as cute
 from cutlass import Float32, Float64, Int32, Int64
 from cutlass._mlir.dialects import llvm, nvvm
 from cutlass.cutlass_dsl import T
+from cutlass.cute.nvgpu import warpgroup
 
 from .. import _arrays
-from . import _cute
-from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, kmajor_weight_grads_into, mma_chunks, relu,
+from . import _cute, _wgmma
+from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, issue_chunk, kmajor_weight_grads_into, mma_chunks, relu,
                    round_tf32, rows_view, staging_by_rows, start_chunks, weight_grads_into)
 
 MIN_WIDTH, MAX_WIDTH, WIDTH_MULTIPLE = 32, 512, 32  # F and H: whole CHUNKs of the reductions
@@ -105,6 +114,7 @@ SMEM_BUDGET = 220 * 1024  # of the 227 KB a Hopper CTA may use
 COLSUM_WIDTH = 4096  # column_sum's widest input
 STAGE_W = MAX_N_TILE * (CHUNK + PAD)  # floats per weight stage: a [n, CHUNK] row block
 Z_ERROR_PER_B1 = 2.0**-23  # tau's b1 term (see z_error_per_norm)
+ROW_BLOCK_WGMMA = _wgmma.MMA_M  # rows of a CTA on wgmma: one m64 tile, both warpgroups on all of them
 COLSUM_ROWS = 16  # rows of the row pass's shared-memory column sums loaded at once (bm: 32 or 64)
 EXACT_Z_LOADS = 64  # floats a lane loads for one group of z candidates summed in float64 at once
 
@@ -152,6 +162,49 @@ def row_block(f: int, h: int) -> int:
     return 64 if RowPass.smem_floats(64, f, h) * 4 <= SMEM_BUDGET else 32
 
 
+def wgmma_tile(n: int, widest: int) -> int:
+    """The widest column tile <= `widest` that divides n and splits into two warpgroup halves
+    of whole 8-column wgmma blocks (n is a multiple of 32, so 32 always does)."""
+    return max(d for d in range(16, widest + 1, 16) if n % d == 0)
+
+
+class WgmmaPlan:
+    """Column tiles and shared memory of the wgmma row pass (RowPass.kernel_wgmma) at (F, H):
+    z in tiles of up to Z_TILE columns (64 a warpgroup: the exact-sign epilogue's one mask bit
+    an accumulator element), pred, dh and ds in tiles of up to PRODUCT_TILE (128 a warpgroup,
+    64 accumulators a thread). One raw buffer serves z's staging (s chunks padded row-major
+    for the A fragment loads, W1s hi / lo chunks 128B-swizzled) and then the other products'
+    weight staging and the resident dpred beside it; z (then dz) is resident in its own buffer.
+    Offsets are in floats, on swizzle-atom (1 KB) boundaries."""
+
+    Z_TILE = 128
+    PRODUCT_TILE = 128  # 64 columns a warpgroup: 32 accumulators a thread
+    Z_STAGES = 3  # of an s chunk and the W1s hi / lo chunks (41 KB at the defaults)
+    PRODUCT_STAGES = 6  # of a weight chunk (16 KB): five in flight
+
+    def __init__(self, f: int, h: int):
+        atom = _wgmma.ATOM_BYTES // 4
+        def up(x): return -(-x // atom) * atom
+        self.z_tile = wgmma_tile(h, self.Z_TILE)
+        self.pred_tile = wgmma_tile(f, self.PRODUCT_TILE)  # pred's columns (F)
+        self.h_tile = wgmma_tile(h, self.PRODUCT_TILE)  # dh's (H)
+        self.f_tile = wgmma_tile(f, self.PRODUCT_TILE)  # ds's (F)
+        self.s_stage = ROW_BLOCK_WGMMA * (CHUNK + PAD)
+        self.hi = up(self.Z_STAGES * self.s_stage)
+        self.lo = self.hi + self.Z_STAGES * self.z_tile * CHUNK
+        z_staging = self.lo + self.Z_STAGES * self.z_tile * CHUNK
+        self.dp = up(self.PRODUCT_STAGES * max(self.pred_tile, self.h_tile, self.f_tile) * CHUNK)
+        self.raw_floats = max(z_staging, self.dp + ROW_BLOCK_WGMMA * f)
+        small = 2 * ROW_BLOCK_WGMMA + 4 * ROW_BLOCK_WGMMA + 2 * h  # sActs, sRowPart, sB1, sTau
+        self.smem_bytes = 4 * (self.raw_floats + ROW_BLOCK_WGMMA * h + small) + 2 * _wgmma.ATOM_BYTES
+
+
+def uses_wgmma(f: int, h: int, precision: str) -> bool:
+    """Whether the TF32 row pass runs on wgmma (RowPass.kernel_wgmma): at 64-row blocks where
+    its shared memory fits (F + H <= ~400: the defaults and smaller); mma.sync otherwise."""
+    return precision == "tf32" and row_block(f, h) == ROW_BLOCK_WGMMA and WgmmaPlan(f, h).smem_bytes <= SMEM_BUDGET
+
+
 def partials_width(f: int, h: int, num_actions: int) -> int:
     """Columns of the row pass's per-CTA partials: db2 [F] | db1 [H] | dW1a [H, A] | loss."""
     return f + h * (num_actions + 1) + 1
@@ -187,6 +240,17 @@ def split_tf32(x: Float32) -> tuple:
     hi = rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, x.ir_value())))
     lo = x - Float32(llvm.bitcast(Float32.mlir_type, hi.ir_value()))
     return hi, rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, lo.ir_value())))
+
+
+@cute.jit
+def as_float(bits: Int32) -> Float32:
+    """The float32 whose bits are `bits`."""
+    return Float32(llvm.bitcast(Float32.mlir_type, bits.ir_value()))
+
+
+def prep_arrays(precision: str) -> int:
+    """[H, F]-sized operands WeightPrep writes (WeightPrep); TF32 adds W1s's hi / lo parts."""
+    return 6 if precision == "tf32" else 4
 
 
 @cute.jit
@@ -268,25 +332,29 @@ def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constex
 
 
 class WeightPrep:
-    """The row pass's weights, as it streams them, into one [4 H F + H] array: W1s = W1[:, :F]
-    ([H, F], contiguous: float4 rows), W2 ([F, H]), W2^T ([H, F]) and W1s^T ([F, H]), the last
-    three rounded to TF32 in TF32 mode (they are only ever MMA operands; z's product splits W1s
-    itself, 3xTF32), and in TF32 mode the norms ||W1s[c, :]||_2 (H floats: the row pass's bound
-    on z's error). Thread e = (i, j) of the [H, F] index space handles W1[i, j] and W2[j, i]:
-    half of the accesses are H floats apart, 128 KB at the defaults, absorbed by L2."""
+    """The row pass's weights, as it streams them, into one array of prep_arrays(precision)
+    [H, F]-sized operands: W1s = W1[:, :F] ([H, F], contiguous: float4 rows), W2 ([F, H]),
+    W2^T ([H, F]) and W1s^T ([F, H]), the last three rounded to TF32 in TF32 mode (they are
+    only ever MMA operands); in TF32 mode then W1s's 3xTF32 parts hi = rna(W1s) and
+    lo = rna(W1s - hi) ([H, F] each: z's B operands on wgmma, which reads B from shared memory
+    only, so it cannot split a staged W1s in registers as mma.sync does) and the norms
+    ||W1s[c, :]||_2 (H floats: the row pass's bound on z's error). Thread e = (i, j) of the
+    [H, F] index space handles W1[i, j] and W2[j, i]: half of the accesses are H floats apart,
+    128 KB at the defaults, absorbed by L2."""
 
     threads = 256
 
     def __init__(self, f: int, h: int, num_actions: int, precision: str):
         self.f, self.h, self.w1_cols = f, h, f + num_actions
         self.rounded = precision == "tf32"
+        self.arrays = prep_arrays(precision)
 
     @cute.jit
     def __call__(self, w1_ptr: cute.Pointer, w2_ptr: cute.Pointer, prep_ptr: cute.Pointer, stream):
         f, h = self.f, self.h
         mW1 = cute.make_tensor(w1_ptr, cute.make_layout((h, self.w1_cols), stride=(self.w1_cols, 1)))
         mW2 = cute.make_tensor(w2_ptr, cute.make_layout((f, h), stride=(h, 1)))
-        mPrep = cute.make_tensor(prep_ptr, cute.make_layout((4, h * f), stride=(h * f, 1)))
+        mPrep = cute.make_tensor(prep_ptr, cute.make_layout((self.arrays, h * f), stride=(h * f, 1)))
         self.kernel(mW1, mW2, mPrep).launch(grid=[(h * f + self.threads - 1) // self.threads, 1, 1],
                                             block=[self.threads, 1, 1], stream=stream)
 
@@ -307,6 +375,10 @@ class WeightPrep:
             mPrep[1, j * h + i] = w2
             mPrep[2, e] = w2
             mPrep[3, j * h + i] = round_tf32(w1) if cutlass.const_expr(self.rounded) else w1
+            if cutlass.const_expr(self.rounded):
+                hi, lo = split_tf32(w1)
+                mPrep[4, e] = as_float(hi)
+                mPrep[5, e] = as_float(lo)
         if cutlass.const_expr(self.rounded):
             # ||W1s[c, :]||_2 -> the H floats after the four operands (tau's column factor in
             # the row pass): warp c of the grid, its lanes' strided sums of squares added in a
@@ -321,7 +393,7 @@ class WeightPrep:
                 for offset in (16, 8, 4, 2, 1):
                     sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=offset)
                 if lane == 0:
-                    mNorms = cute.make_tensor(mPrep.iterator + 4 * h * f, cute.make_layout(h))
+                    mNorms = cute.make_tensor(mPrep.iterator + self.arrays * h * f, cute.make_layout(h))
                     mNorms[c] = cute.math.sqrt(sq)
 
 
@@ -398,6 +470,15 @@ class RowPass:
         ~15-20 us; then the weight traffic (64 MB from L2 per launch, ~8 us at ~8 TB/s)
         becomes the floor, lowered only by sharing weight chunks between CTAs (cluster TMA
         multicast) or larger row blocks. The largest gain, and a rewrite of the kernel.
+        Done for TF32 at 64-row blocks (kernel_wgmma; measured: module docstring). RowPass
+        went 38.8 -> 30.8 us, not to the predicted 15-20: in ncu (38.2 us version, before
+        the 64-bit ds stores) a quarter of the samples wait at barriers (the per-chunk one,
+        with each warpgroup waiting for its own group before it: the tensor cores idle
+        between chunks; the dz column-sum pass of 4 warps before ds's first chunk) and a
+        quarter on global memory (the W1a gather and s_next, the exact-z loads); the z
+        chunk loop, ~0.9 us a chunk, is twice its tensor-core time. Next: one group kept
+        in flight across the chunk barrier (two A register sets for z), the column sums
+        from the accumulators, and weight chunks shared by a cluster.
     """
 
     def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
@@ -435,6 +516,10 @@ class RowPass:
         self.warps_m = 2
         self.warps_n = self.threads // 32 // self.warps_m
         self.partial_width = partials_width(f, h, num_actions)
+        # TF32 at 64-row blocks: the four products on wgmma (kernel_wgmma), two warpgroups
+        # each taking half of every column tile over all 64 rows.
+        self.wgmma = uses_wgmma(f, h, precision)
+        self.plan = WgmmaPlan(f, h) if self.wgmma else None
 
     @staticmethod
     def smem_floats(bm: int, f: int, h: int) -> int:
@@ -592,6 +677,64 @@ class RowPass:
                 mOut[row0 + r, col0 + cC[i][1]] = frag[i]
 
     @cute.jit
+    def dpred_column_sums(self, sDp: cute.Tensor, mPart: cute.Tensor, cta: Int32, num_ctas: Int32, tid: Int32):
+        """The CTA's partial column sums of dpred (db2), each in row order, from the exact
+        values; in TF32 each is then left rounded in place: dh's A operand, rounded once
+        rather than at each fragment load. COLSUM_ROWS rows are loaded before any of their
+        rounded values is stored: ptxas keeps a shared load after a shared store it cannot
+        tell apart, so a load-add-store loop waits one shared round trip a row."""
+        bm, f = self.bm, self.f
+        pw = self.partial_width
+        col_vals = cute.make_rmem_tensor(COLSUM_ROWS, Float32)
+        for col in cutlass.range(tid, f, self.threads, unroll=1):
+            acc = Float32(0.0)
+            for r0 in cutlass.range(0, bm, COLSUM_ROWS, unroll=1):
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    col_vals[k] = sDp[r0 + k, col]
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    acc = acc + col_vals[k]
+                if cutlass.const_expr(self.precision == "tf32"):
+                    for k in cutlass.range_constexpr(COLSUM_ROWS):
+                        sDp[r0 + k, col] = round_tf32(col_vals[k])
+            mPart[partial_index(col, cta, num_ctas, pw)] = acc
+
+    @cute.jit
+    def dz_column_sums(self, sZ: cute.Tensor, sActs: cute.Tensor, sRowPart: cute.Tensor, mPart: cute.Tensor,
+                       cta: Int32, num_ctas: Int32, batch: Int32, tid: Int32):
+        """The CTA's partial column sums of dz (db1) and its per-action parts (W1's action
+        columns) in one pass over the rows (1 + A independent sums, each in row order), not
+        1 + A dependent passes; TF32: dz is then left rounded in place, ds's A operand (as
+        dpred). Then the CTA's part of the loss, sum r / B over its rows (sRowPart[0])."""
+        bm, f, h, na = self.bm, self.f, self.h, self.num_actions
+        pw = self.partial_width
+        col_vals = cute.make_rmem_tensor(COLSUM_ROWS, Float32)
+        acc_act = cute.make_rmem_tensor(na, Float32)
+        block_acts = cute.make_rmem_tensor(COLSUM_ROWS, Int32)
+        for col in cutlass.range(tid, h, self.threads, unroll=1):
+            acc = Float32(0.0)
+            acc_act.fill(0.0)
+            for r0 in cutlass.range(0, bm, COLSUM_ROWS, unroll=1):
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    col_vals[k] = sZ[r0 + k, col]
+                    block_acts[k] = sActs[r0 + k]
+                for k in cutlass.range_constexpr(COLSUM_ROWS):
+                    dz = col_vals[k]
+                    acc = acc + dz
+                    for j in cutlass.range_constexpr(na):
+                        acc_act[j] = acc_act[j] + (dz if block_acts[k] == j else Float32(0.0))
+                if cutlass.const_expr(self.precision == "tf32"):
+                    for k in cutlass.range_constexpr(COLSUM_ROWS):
+                        sZ[r0 + k, col] = round_tf32(col_vals[k])
+            mPart[partial_index(f + col, cta, num_ctas, pw)] = acc
+            for j in cutlass.range_constexpr(na):
+                mPart[partial_index(f + h + col * na + j, cta, num_ctas, pw)] = acc_act[j]
+        if tid == 0:
+            loss = Float32(0.0)
+            for r in cutlass.range(bm, unroll=8):
+                loss = loss + sRowPart[0, r]
+            mPart[partial_index(pw - 1, cta, num_ctas, pw)] = loss / Float32(batch)
+
+    @cute.jit
     def z_unsure(self, z_frag: cute.Tensor, b1_frag: cute.Tensor, row_norm: cute.Tensor, col_tau: cute.Tensor,
                  i: cutlass.Constexpr, num_mi: cutlass.Constexpr, valid: cutlass.Boolean) -> cutlass.Boolean:
         """|z| <= tau for accumulator element i = ((v0, v1), mi, ni) (column 2 t + v0 of block
@@ -631,12 +774,19 @@ class RowPass:
             mDp = cute.make_tensor(dpred_ptr, cute.make_layout((batch, f), stride=(f, 1)))
             mDz = cute.make_tensor(dz_ptr, cute.make_layout((batch, h), stride=(h, 1)))
         mPart = cute.make_tensor(part_ptr, cute.make_layout(num_ctas * self.partial_width))
-        self.kernel(mS, mAct, mSn, mW1sv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs, mHid, mDp, mDz, mPart,
-                    batch, num_ctas, inv_fb).launch(
-            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream,
-            # One CTA per SM (its shared memory allows no second at the widest sizes): ptxas
-            # may then use over 128 registers (255), where it would spill to fit two CTAs.
-            min_blocks_per_mp=1)
+        # One CTA per SM (its shared memory allows no second at the widest sizes): ptxas may
+        # then use over 128 registers (255), where it would spill to fit two CTAs.
+        if cutlass.const_expr(self.wgmma):
+            # W1s's TF32 parts, z's B operands
+            mW1hv = cute.make_tensor(prep_ptr + 4 * f * h, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
+            mW1lv = cute.make_tensor(prep_ptr + 5 * f * h, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
+            self.kernel_wgmma(mS, mAct, mSn, mW1sv, mW1hv, mW1lv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs,
+                              mHid, mDp, mDz, mPart, batch, num_ctas, inv_fb).launch(
+                grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream, min_blocks_per_mp=1)
+        else:
+            self.kernel(mS, mAct, mSn, mW1sv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs, mHid, mDp, mDz, mPart,
+                        batch, num_ctas, inv_fb).launch(
+                grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream, min_blocks_per_mp=1)
 
     @cute.kernel
     def kernel(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1sv: cute.Tensor,
@@ -646,7 +796,7 @@ class RowPass:
                mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
-        bm, f, h, na = self.bm, self.f, self.h, self.num_actions
+        bm, f, h = self.bm, self.f, self.h
         row0 = cta * bm
         smem = cutlass.memory.SmemAllocator()
         # STAGES-deep staging for the streamed chunks: rows of s, and one weight chunk (an
@@ -688,7 +838,7 @@ class RowPass:
             row_norm = cute.make_rmem_tensor((2, cute.size(acc1, mode=[1])), Float32)
             row_norm.fill(0.0)
             col_tau = cute.make_rmem_tensor((2, cute.size(acc1, mode=[2])), Float32)
-            mNorms = cute.make_tensor(mW1sv.iterator + 4 * f * h, cute.make_layout(h))
+            mNorms = cute.make_tensor(mW1sv.iterator + prep_arrays(self.precision) * f * h, cute.make_layout(h))
         # The actions of the thread's accumulator rows (v1, mi); -1 past the batch.
         row_acts = cute.make_rmem_tensor((2, cute.size(acc1, mode=[1])), Int32)
         for mi in cutlass.range_constexpr(cute.size(acc1, mode=[1])):
@@ -802,25 +952,9 @@ class RowPass:
             if row0 + tid < batch:
                 mR[row0 + tid] = r_row
 
-        # ---- Partial column sums of dpred (db2), in row order, from the exact values; in
-        # TF32 each is then left rounded in place: dh's A operand, rounded once rather than at
-        # each of the warps_n warps' fragment loads (mma_chunks' barrier orders it before them).
-        # COLSUM_ROWS rows are loaded before any of their rounded values is stored: ptxas keeps
-        # a shared load after a shared store it cannot tell apart, so a load-add-store loop
-        # waits one shared round trip a row.
-        pw = self.partial_width
-        col_vals = cute.make_rmem_tensor(COLSUM_ROWS, Float32)
-        for col in cutlass.range(tid, f, self.threads, unroll=1):
-            acc = Float32(0.0)
-            for r0 in cutlass.range(0, bm, COLSUM_ROWS, unroll=1):
-                for k in cutlass.range_constexpr(COLSUM_ROWS):
-                    col_vals[k] = sDp[r0 + k, col]
-                for k in cutlass.range_constexpr(COLSUM_ROWS):
-                    acc = acc + col_vals[k]
-                if cutlass.const_expr(self.precision == "tf32"):
-                    for k in cutlass.range_constexpr(COLSUM_ROWS):
-                        sDp[r0 + k, col] = round_tf32(col_vals[k])
-            mPart[partial_index(col, cta, num_ctas, pw)] = acc
+        # ---- Partial column sums of dpred (db2); mma_chunks' first barrier orders the rounded
+        # values before dh's fragment loads.
+        self.dpred_column_sums(sDp, mPart, cta, num_ctas, tid)
 
         # ---- Phase 3: dh = dpred @ W2; dz = dh * (z > 0) -> sZ (in place) and global.
         bn3 = n_tile(h, self.warps_n)
@@ -842,34 +976,8 @@ class RowPass:
             self.store_activations(mDz, acc3, cC3, nt * bn3, row0, batch, zero_past_batch=False)  # dpred = 0 there
         cute.arch.sync_threads()
 
-        # ---- Partial column sums of dz (db1) and its per-action parts (W1's action columns) in
-        # one pass over the rows (1 + A independent sums, each in row order), not 1 + A
-        # dependent passes; TF32: dz is then left rounded in place, ds's A operand (as dpred).
-        acc_act = cute.make_rmem_tensor(na, Float32)
-        block_acts = cute.make_rmem_tensor(COLSUM_ROWS, Int32)
-        for col in cutlass.range(tid, h, self.threads, unroll=1):
-            acc = Float32(0.0)
-            acc_act.fill(0.0)
-            for r0 in cutlass.range(0, bm, COLSUM_ROWS, unroll=1):
-                for k in cutlass.range_constexpr(COLSUM_ROWS):
-                    col_vals[k] = sZ[r0 + k, col]
-                    block_acts[k] = sActs[r0 + k]
-                for k in cutlass.range_constexpr(COLSUM_ROWS):
-                    dz = col_vals[k]
-                    acc = acc + dz
-                    for j in cutlass.range_constexpr(na):
-                        acc_act[j] = acc_act[j] + (dz if block_acts[k] == j else Float32(0.0))
-                if cutlass.const_expr(self.precision == "tf32"):
-                    for k in cutlass.range_constexpr(COLSUM_ROWS):
-                        sZ[r0 + k, col] = round_tf32(col_vals[k])
-            mPart[partial_index(f + col, cta, num_ctas, pw)] = acc
-            for j in cutlass.range_constexpr(na):
-                mPart[partial_index(f + h + col * na + j, cta, num_ctas, pw)] = acc_act[j]
-        if tid == 0:
-            loss = Float32(0.0)
-            for r in cutlass.range(bm, unroll=8):
-                loss = loss + sRowPart[0, r]
-            mPart[partial_index(pw - 1, cta, num_ctas, pw)] = loss / Float32(batch)
+        # ---- Partial column sums of dz (db1, W1's action columns) and the loss.
+        self.dz_column_sums(sZ, sActs, sRowPart, mPart, cta, num_ctas, batch, tid)
 
         # ---- Phase 4: ds = dz @ W1s -> global.
         bn4 = n_tile(f, self.warps_n)
@@ -886,6 +994,343 @@ class RowPass:
                 r = cC4[i][0]
                 if row0 + r < batch:
                     mDs[row0 + r, nt * bn4 + cC4[i][1]] = acc4[i]
+
+    # ---- The wgmma row pass (TF32, 64-row blocks) ----------------------------------------
+
+    @cute.jit
+    def stage_weights(self, mW: cute.Tensor, n0: Int32, kc: Int32, sW: cute.Tensor, stage: Int32,
+                      rows: cutlass.Constexpr[int], tid: Int32):
+        """Rows n0 .. n0 + rows of the prepared weight mW ([n, k / 4, 4]), k chunk kc, into
+        `stage` of sW ((rows / 2, CHUNK, 2, stages), 128B-swizzled): row r to warpgroup
+        r // (rows / 2)'s half, sW[r % (rows / 2), :, r // (rows / 2), stage], by 16-byte
+        cp.async (L2 only: every CTA reads the same weights)."""
+        atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
+                                   Float32, num_bits_per_copy=128)
+        half = rows // 2
+        vecs = CHUNK // 4
+        total = rows * vecs
+        for j in cutlass.range_constexpr((total + self.threads - 1) // self.threads):
+            idx = tid + j * self.threads
+            if cutlass.const_expr(total % self.threads == 0) or idx < total:
+                r = idx // vecs
+                q = idx % vecs
+                dst = cute.local_tile(sW[r % half, None, r // half, stage], (4,), (q,))
+                cute.copy(atom, mW[n0 + r, kc * vecs + q, None], dst)
+
+    @cute.jit
+    def issue_wgmma_chunk(self, loop: tuple, kc: Int32, tid: Int32):
+        """Chunk kc of a wgmma chunk loop (see wgmma_loops) into stage kc % stages, committed as
+        one cp.async group; nothing past the loop's end (an empty group)."""
+        s_op, weights, n0, rows, chunks, stages = loop
+        if kc < chunks:
+            if cutlass.const_expr(s_op is not None):
+                issue_chunk(*s_op.tensors[:2], *s_op.ints, *s_op.static, kc, kc % stages, tid)
+            for mW, sW in weights:
+                self.stage_weights(mW, n0, kc, sW, kc % stages, rows, tid)
+        cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def start_wgmma_loop(self, loops: list, p: int, tid: Int32):
+        """The first stages - 1 chunks of chunk loop p (none past the last loop): issued once
+        the loop before has finished with the staging buffers, before its epilogue."""
+        if cutlass.const_expr(p < len(loops)):
+            for kc in cutlass.range_constexpr(loops[p][5] - 1):
+                self.issue_wgmma_chunk(loops[p], Int32(kc), tid)
+
+    @cute.jit
+    def run_wgmma_loop(self, loops: list, p: int, tid: Int32, mma_chunk):
+        """Chunk loop p: per chunk, wait for it, publish it to the tensor cores, one barrier
+        (every thread's copies of chunk kc are in; every warpgroup has waited for chunk
+        kc - 1's wgmma group, so its stage can be refilled with chunk kc + stages - 1), issue
+        that refill, then `mma_chunk(kc, stage)` issues chunk kc's group and this warpgroup
+        waits for it. Waiting a group a chunk leaves the tensor cores idle between groups,
+        but keeps stages - 1 chunks in flight (a group kept in flight would hold one more
+        stage). A loop at run time, not unrolled: unrolled, the four products' loops made the
+        kernel ~110 KB of code, and a fifth of its time went to instruction fetch (ncu:
+        stall "no instruction"). Ends with a barrier: the stages are free."""
+        chunks, stages = loops[p][4], loops[p][5]
+        for kc in cutlass.range(chunks, unroll=1):
+            cute.arch.cp_async_wait_group(stages - 2)
+            _wgmma.publish()
+            cute.arch.barrier()
+            self.issue_wgmma_chunk(loops[p], kc + stages - 1, tid)
+            mma_chunk(kc, kc % stages)
+            warpgroup.wait_group(0)
+        cute.arch.barrier()
+
+    def wgmma_loops(self, mS: cute.Tensor, mW1hv: cute.Tensor, mW1lv: cute.Tensor, mW2v: cute.Tensor,
+                    mW2tv: cute.Tensor, mW1stv: cute.Tensor, batch: Int32, row0: Int32, sS3: cute.Tensor,
+                    sWhi: cute.Tensor, sWlo: cute.Tensor, sWp: cute.Tensor, sWh: cute.Tensor,
+                    sWf: cute.Tensor) -> list:
+        """The chunk loops in the order they run, each (s's Operand or None, [(weights, their
+        staging)], first weight row, rows a chunk, chunks, stages): z's column tiles (s; W1s
+        hi, lo), then pred's (W2), dh's (W2^T) and ds's (W1s^T)."""
+        plan, f, h = self.plan, self.f, self.h
+        s_op = Operand(mS, batch, row0, 0, f // 4, ROW_BLOCK_WGMMA, CHUNK // 4, 4, False, sS3, None,
+                       threads=self.threads)
+        zs, ps = plan.Z_STAGES, plan.PRODUCT_STAGES
+        loops = [(s_op, [(mW1hv, sWhi), (mW1lv, sWlo)], nt * plan.z_tile, plan.z_tile, f // CHUNK, zs)
+                 for nt in range(h // plan.z_tile)]
+        loops += [(None, [(mW2v, sWp)], nt * plan.pred_tile, plan.pred_tile, h // CHUNK, ps)
+                  for nt in range(f // plan.pred_tile)]
+        loops += [(None, [(mW2tv, sWh)], nt * plan.h_tile, plan.h_tile, f // CHUNK, ps)
+                  for nt in range(h // plan.h_tile)]
+        loops += [(None, [(mW1stv, sWf)], nt * plan.f_tile, plan.f_tile, h // CHUNK, ps)
+                  for nt in range(f // plan.f_tile)]
+        return loops
+
+    @cute.jit
+    def resident_chunk_mma(self, tiled: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor,
+                           kc: Int32, stage: Int32):
+        """acc += the resident A's k chunk kc times the staged B chunk (tCrB: this warpgroup's
+        half of the stages) in `stage`, one wgmma group (CHUNK / 8 instructions), committed."""
+        warpgroup.fence()
+        for ks in cutlass.range_constexpr(CHUNK // _wgmma.MMA_K):
+            cute.gemm(tiled, acc, tCrA[None, None, kc * (CHUNK // _wgmma.MMA_K) + ks],
+                      tCrB[None, None, ks, stage], acc)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def z_chunk_mma(self, tiled: cute.TiledMma, acc: cute.Tensor, tCsS: cute.Tensor, rA: cute.Tensor,
+                    rA_lo: cute.Tensor, tBhi: cute.Tensor, tBlo: cute.Tensor, stage: Int32,
+                    row_sq: cute.Tensor):
+        """z's chunk: the thread's A fragment of the staged s chunk, split into TF32 hi / lo in
+        registers (RS: A is read from them), then per 8-wide k step the wgmmas lo*hi, hi*lo,
+        hi*hi (small terms first), one group, committed. row_sq, if given ([2, 1]): += the
+        squares of the thread's s values by fragment row half (element j: row +8 (j % 2),
+        k +4 (j // 2), as mma.sync's): tau's row norms, from values already in registers."""
+        frag = tCsS[None, None, None, stage]
+        for e in cutlass.range_constexpr(cute.size(rA)):
+            x = frag[e]
+            hi, lo = split_tf32(x)
+            rA[e] = as_float(hi)
+            rA_lo[e] = as_float(lo)
+            if cutlass.const_expr(row_sq is not None):
+                row_sq[e % 2, 0] = row_sq[e % 2, 0] + x * x
+        warpgroup.fence()
+        for ks in cutlass.range_constexpr(CHUNK // _wgmma.MMA_K):
+            cute.gemm(tiled, acc, rA_lo[None, None, ks], tBhi[None, None, ks, stage], acc)
+            cute.gemm(tiled, acc, rA[None, None, ks], tBlo[None, None, ks, stage], acc)
+            cute.gemm(tiled, acc, rA[None, None, ks], tBhi[None, None, ks, stage], acc)
+        warpgroup.commit_group()
+
+    @staticmethod
+    def resident_product(n: int, sA: cute.Tensor, sW: cute.Tensor, wg: Int32, wtid: Int32) -> tuple:
+        """One warpgroup's half (n columns) of a product with A resident in shared memory: the
+        tiled MMA, A's descriptors (MMA, 1, K / 8), this warpgroup's half of the weight stages'
+        descriptors (MMA, 1, CHUNK / 8, stages), the accumulators' coordinates and the
+        accumulators."""
+        tiled = _wgmma.tiled_mma_tf32(n)
+        thr = tiled.get_slice(wtid)
+        tCrA = tiled.make_fragment_A(thr.partition_A(sA))
+        tCrB = tiled.make_fragment_B(thr.partition_B(sW))[None, None, None, wg, None]
+        coords = thr.partition_C(cute.make_identity_tensor((ROW_BLOCK_WGMMA, n)))
+        return tiled, tCrA, tCrB, coords, tiled.make_fragment_C(tiled.partition_shape_C((ROW_BLOCK_WGMMA, n)))
+
+    @cute.kernel
+    def kernel_wgmma(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1sv: cute.Tensor,
+                     mW1hv: cute.Tensor, mW1lv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
+                     mW2v: cute.Tensor, mW2tv: cute.Tensor, mW1stv: cute.Tensor, mB2: cute.Tensor,
+                     mR: cute.Tensor, mDs: cute.Tensor, mHid: cute.Tensor, mDp: cute.Tensor,
+                     mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
+        """kernel's four products on TF32 wgmma: warpgroup wg takes columns [wg n / 2, (wg + 1)
+        n / 2) of each column tile of n over all 64 rows (m64). z: A = s from registers (RS,
+        split 3xTF32 there), B = W1s hi / lo from WeightPrep; pred, dh, ds: A = the resident
+        hid, dpred, dz from shared memory (K-major, 128B-swizzled), B = the staged weights.
+        The epilogues and column sums are kernel's, on wgmma's accumulator layout (element
+        i = v0 + 2 v1 + 4 ni: column 2 t + v0 of 8-column block ni, row g + 8 v1 of the
+        warp's 16)."""
+        tid, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        bm, f, h, plan = ROW_BLOCK_WGMMA, self.f, self.h, self.plan
+        wg = tid // _wgmma.WARPGROUP
+        wtid = tid % _wgmma.WARPGROUP
+        row0 = cta * bm
+        smem = cutlass.memory.SmemAllocator()
+        raw = smem.allocate_tensor(Float32, cute.make_layout(plan.raw_floats), _wgmma.ATOM_BYTES)
+        sZ = _wgmma.allocate_sw128(smem, (bm, h))
+        sActs = smem.allocate_tensor(Int32, cute.make_layout(bm), 16)
+        sRowPart = smem.allocate_tensor(Float32, cute.make_layout((4, bm), stride=(bm, 1)), 16)
+        # b1 and tau's column factors, read by z's epilogues: from shared memory they hold no
+        # registers through z's chunk loops (held there, ptxas spilled)
+        sB1 = smem.allocate_tensor(Float32, cute.make_layout(h), 16)
+        sTau = smem.allocate_tensor(Float32, cute.make_layout(h), 16)
+        # z's staging: s chunks (rows padded to 4 (mod 32) banks: conflict-free fragment
+        # loads), W1s hi / lo chunks; later the other products' weight stages, and dpred.
+        stride = CHUNK + PAD
+        zs, ps = plan.Z_STAGES, plan.PRODUCT_STAGES
+        sS3 = cute.make_tensor(raw.iterator, cute.make_layout((bm, CHUNK // 4, 4, zs),
+                                                              stride=(stride, 4, 1, plan.s_stage)))
+        sS = cute.make_tensor(raw.iterator, cute.make_layout((bm, CHUNK, zs), stride=(stride, 1, plan.s_stage)))
+        sWhi = _wgmma.sw128_view(raw.iterator + plan.hi, (plan.z_tile // 2, CHUNK, 2, zs))
+        sWlo = _wgmma.sw128_view(raw.iterator + plan.lo, (plan.z_tile // 2, CHUNK, 2, zs))
+        sWp = _wgmma.sw128_view(raw.iterator, (plan.pred_tile // 2, CHUNK, 2, ps))
+        sWf = _wgmma.sw128_view(raw.iterator, (plan.f_tile // 2, CHUNK, 2, ps))
+        sWh = _wgmma.sw128_view(raw.iterator, (plan.h_tile // 2, CHUNK, 2, ps))
+        sDp = _wgmma.sw128_view(raw.iterator + plan.dp, (bm, f))
+
+        if tid < bm:
+            sActs[tid] = Int32(-1)  # padding rows past the batch: no action, no gradient
+            if row0 + tid < batch:
+                sActs[tid] = Int32(mAct[row0 + tid])
+        mNorms = cute.make_tensor(mW1sv.iterator + prep_arrays(self.precision) * f * h, cute.make_layout(h))
+        for c in cutlass.range(tid, h, self.threads, unroll=1):
+            sB1[c] = mB1[c]
+            sTau[c] = Float32(z_error_per_norm(f)) * mNorms[c]
+        loops = self.wgmma_loops(mS, mW1hv, mW1lv, mW2v, mW2tv, mW1stv, batch, row0, sS3, sWhi, sWlo, sWp, sWh,
+                                 sWf)
+        self.start_wgmma_loop(loops, 0, tid)
+
+        # ---- Phase 1: z = s @ W1s^T + b1 + W1a[:, a] -> sZ; hid = relu(z) -> global.
+        zn = plan.z_tile // 2
+        tiled_z = _wgmma.tiled_mma_tf32(zn, a_in_registers=True)
+        thr_z = tiled_z.get_slice(wtid)
+        tCsS = thr_z.partition_A(sS)  # (MMA, 1, CHUNK / 8, STAGES)
+        rA = tiled_z.make_fragment_A(tCsS[None, None, None, 0])
+        rA_lo = tiled_z.make_fragment_A(tCsS[None, None, None, 0])
+        tBhi = tiled_z.make_fragment_B(thr_z.partition_B(sWhi))[None, None, None, wg, None]  # (MMA, 1, CHUNK / 8, STAGES)
+        tBlo = tiled_z.make_fragment_B(thr_z.partition_B(sWlo))[None, None, None, wg, None]
+        cC1 = thr_z.partition_C(cute.make_identity_tensor((bm, zn)))
+        acc1 = tiled_z.make_fragment_C(tiled_z.partition_shape_C((bm, zn)))
+        num_mi = 1
+        num_ni = cute.size(acc1) // 4
+        # W1's action columns, gathered before the products (kernel's phase 1: why); b1 by
+        # column (v0, ni), seen by element (stride 0 over the row half v1)
+        b1_frag = cute.make_rmem_tensor(cute.make_layout((2, 2, num_ni), stride=(1, 0, 2)), Float32)
+        w1a_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
+        hid_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
+        row_norm = cute.make_rmem_tensor((2, num_mi), Float32)
+        row_norm.fill(0.0)
+        col_tau = cute.make_rmem_tensor((2, num_ni), Float32)
+        row_acts = cute.make_rmem_tensor((2, num_mi), Int32)
+        for v1 in cutlass.range_constexpr(2):
+            row_acts[v1, 0] = Int32(-1)
+            if row0 + cC1[2 * v1][0] < batch:
+                row_acts[v1, 0] = Int32(mAct[row0 + cC1[2 * v1][0]])
+        for nt in cutlass.range_constexpr(h // plan.z_tile):
+            col0 = nt * plan.z_tile + wg * zn
+            for i in cutlass.range_constexpr(cute.size(acc1)):
+                act = row_acts[i // 2 % 2, 0]
+                w1a_frag[i] = Float32(0.0)
+                if act >= 0:
+                    w1a_frag[i] = mW1[col0 + cC1[i][1], f + act]
+            acc1.fill(0.0)
+            row_sq = row_norm if cutlass.const_expr(nt == 0) else None
+            self.run_wgmma_loop(loops, nt, tid, lambda kc, stage: self.z_chunk_mma(
+                tiled_z, acc1, tCsS, rA, rA_lo, tBhi, tBlo, stage, row_sq))
+            self.start_wgmma_loop(loops, nt + 1, tid)
+            if cutlass.const_expr(nt == 0):
+                for v in cutlass.range_constexpr(2):
+                    sq = row_norm[v, 0]
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+                    row_norm[v, 0] = cute.math.sqrt(sq)
+            for ni in cutlass.range_constexpr(num_ni):
+                for v0 in cutlass.range_constexpr(2):
+                    b1_frag[v0, 0, ni] = sB1[col0 + cC1[v0 + 4 * ni][1]]
+                    col_tau[v0, ni] = sTau[col0 + cC1[v0 + 4 * ni][1]]
+            self.exact_sign_epilogue(mS, mW1sv, mW1, mB1, sActs, sZ, cC1, acc1, b1_frag, w1a_frag,
+                                     hid_frag, row_norm, col_tau, row0, col0, batch, tid % 32)
+            self.store_activations(mHid, hid_frag, cC1, col0, row0, batch, zero_past_batch=True)
+
+        # ---- Phase 2: pred = hid @ W2^T + b2; diff, r, dpred -> sDp and global.
+        p2 = h // plan.z_tile  # index of pred's first chunk loop
+        n2 = plan.pred_tile // 2
+        tiled_p, tCrZ, tCrWp, cC2, acc2 = self.resident_product(n2, sZ, sWp, wg, wtid)
+        row_sq = cute.make_rmem_tensor(2, Float32)
+        row_sq.fill(0.0)
+        s_next_frag = cute.make_rmem_tensor(cute.size(acc2), Float32)
+        b2_frag = cute.make_rmem_tensor((2, cute.size(acc2) // 4), Float32)
+        for nt in cutlass.range_constexpr(f // plan.pred_tile):
+            col0 = nt * plan.pred_tile + wg * n2
+            for ni in cutlass.range_constexpr(cute.size(acc2) // 4):
+                for v0 in cutlass.range_constexpr(2):
+                    b2_frag[v0, ni] = mB2[col0 + cC2[v0 + 4 * ni][1]]
+            for i in cutlass.range_constexpr(0, cute.size(acc2), 2):  # 64-bit loads, as ds's stores
+                s_next_frag[i] = Float32(0.0)
+                s_next_frag[i + 1] = Float32(0.0)
+                if row0 + cC2[i][0] < batch:
+                    offset = cute.assume((row0 + cC2[i][0]) * f + col0 + cC2[i][1], divby=2)
+                    pair = cute.make_rmem_tensor(2, Float32)
+                    cute.autovec_copy(cute.make_tensor(mSn.iterator + offset, cute.make_layout(2)), pair)
+                    s_next_frag[i] = pair[0]
+                    s_next_frag[i + 1] = pair[1]
+            acc2.fill(0.0)
+            self.run_wgmma_loop(loops, p2 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
+                tiled_p, acc2, tCrZ, tCrWp, kc, stage))
+            self.start_wgmma_loop(loops, p2 + nt + 1, tid)
+            for i in cutlass.range_constexpr(cute.size(acc2)):
+                r = cC2[i][0]
+                diff = Float32(0.0)
+                if row0 + r < batch:
+                    diff = acc2[i] + b2_frag[i % 2, i // 4] - s_next_frag[i]
+                row_sq[i // 2 % 2] = row_sq[i // 2 % 2] + diff * diff
+                dp = diff * inv_fb
+                sDp[r, col0 + cC2[i][1]] = dp
+                acc2[i] = dp
+            self.store_activations(mDp, acc2, cC2, col0, row0, batch, zero_past_batch=False)  # diff = 0 there
+        # r: the 4 lanes sharing a row add their column pairs (butterfly, fixed order), then
+        # the two warpgroups theirs through shared memory, in warpgroup order.
+        for v1 in cutlass.range_constexpr(2):
+            sq = row_sq[v1]
+            sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=1)
+            sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=2)
+            if tid % 4 == 0:
+                sRowPart[wg, cC2[2 * v1][0]] = sq
+        cute.arch.barrier()
+        if tid < bm:
+            r_row = (sRowPart[0, tid] + sRowPart[1, tid]) / Float32(2 * f)
+            sRowPart[0, tid] = r_row
+            if row0 + tid < batch:
+                mR[row0 + tid] = r_row
+
+        # ---- Partial column sums of dpred (db2), left rounded in sDp for dh; the chunk loop's
+        # publish and first barrier order those stores before the tensor cores read them.
+        self.dpred_column_sums(sDp, mPart, cta, num_ctas, tid)
+
+        # ---- Phase 3: dh = dpred @ W2; dz = dh * (z > 0) -> sZ (in place) and global.
+        p3 = p2 + f // plan.pred_tile
+        n3 = plan.h_tile // 2
+        tiled_h, tCrDp, tCrWh, cC3, acc3 = self.resident_product(n3, sDp, sWh, wg, wtid)
+        for nt in cutlass.range_constexpr(h // plan.h_tile):
+            col0 = nt * plan.h_tile + wg * n3
+            acc3.fill(0.0)
+            self.run_wgmma_loop(loops, p3 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
+                tiled_h, acc3, tCrDp, tCrWh, kc, stage))
+            self.start_wgmma_loop(loops, p3 + nt + 1, tid)
+            for i in cutlass.range_constexpr(cute.size(acc3)):
+                r = cC3[i][0]
+                col = col0 + cC3[i][1]
+                dz = acc3[i] if sZ[r, col] > Float32(0.0) else Float32(0.0)
+                sZ[r, col] = dz
+                acc3[i] = dz
+            self.store_activations(mDz, acc3, cC3, col0, row0, batch, zero_past_batch=False)  # dpred = 0 there
+        cute.arch.barrier()
+
+        # ---- Partial column sums of dz (db1, W1's action columns) and the loss.
+        self.dz_column_sums(sZ, sActs, sRowPart, mPart, cta, num_ctas, batch, tid)
+
+        # ---- Phase 4: ds = dz @ W1s -> global.
+        p4 = p3 + h // plan.h_tile
+        n4 = plan.f_tile // 2
+        tiled_f, tCrDz, tCrWf, cC4, acc4 = self.resident_product(n4, sZ, sWf, wg, wtid)  # sZ holds dz now
+        for nt in cutlass.range_constexpr(f // plan.f_tile):
+            col0 = nt * plan.f_tile + wg * n4
+            acc4.fill(0.0)
+            self.run_wgmma_loop(loops, p4 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
+                tiled_f, acc4, tCrDz, tCrWf, kc, stage))
+            self.start_wgmma_loop(loops, p4 + nt + 1, tid)
+            # A lane's two adjacent columns (elements v0 = 0, 1) as one 64-bit store: the 4 lanes
+            # of a row then write whole 32-byte sectors (one 32-bit store an element, the ds
+            # epilogues took a fifth of the kernel, ncu: waiting on the stores' registers)
+            for i in cutlass.range_constexpr(0, cute.size(acc4), 2):
+                r = cC4[i][0]
+                if row0 + r < batch:
+                    pair = cute.make_rmem_tensor(2, Float32)
+                    pair[0] = acc4[i]
+                    pair[1] = acc4[i + 1]
+                    offset = cute.assume((row0 + r) * f + col0 + cC4[i][1], divby=2)
+                    cute.autovec_copy(pair, cute.make_tensor(mDs.iterator + offset, cute.make_layout(2)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -995,7 +1440,8 @@ def row_pass_outputs(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     shapes = [(n, num_ctas * bm) for n in (h, f, h)] if precision == "tf32" else [(batch, n) for n in (h, f, h)]
     hid, dpred, dz = (_arrays.empty(s, shape) for shape in shapes)
     partials = _arrays.empty(s, (num_ctas * width,))
-    prep = _arrays.empty(s, (4 * h * f + h,))  # WeightPrep's operands, then (TF32) W1s's row norms
+    # WeightPrep's operands, then (TF32) W1s's row norms
+    prep = _arrays.empty(s, (prep_arrays(precision) * h * f + (h if precision == "tf32" else 0),))
     ptr = _cute.gmem_ptr
     stream = _cute.current_stream(s)
     _compile_weight_prep(f, h, num_actions, precision)(ptr(W1), ptr(W2), ptr(prep), stream)
