@@ -171,8 +171,8 @@ def wgmma_tile(n: int, widest: int) -> int:
 class WgmmaPlan:
     """Column tiles and shared memory of the wgmma row pass (RowPass.kernel_wgmma) at (F, H):
     z in tiles of up to Z_TILE columns (64 a warpgroup: the exact-sign epilogue's one mask bit
-    an accumulator element), pred, dh and ds in tiles of up to PRODUCT_TILE (128 a warpgroup,
-    64 accumulators a thread). One raw buffer serves z's staging (s chunks padded row-major
+    an accumulator element), pred, dh and ds in tiles of up to PRODUCT_TILE (64 a warpgroup,
+    32 accumulators a thread). One raw buffer serves z's staging (s chunks padded row-major
     for the A fragment loads, W1s hi / lo chunks 128B-swizzled) and then the other products'
     weight staging and the resident dpred beside it; z (then dz) is resident in its own buffer.
     Offsets are in floats, on swizzle-atom (1 KB) boundaries."""
@@ -219,6 +219,12 @@ def partial_index(col, cta, num_ctas, width):
 
 
 @cute.jit
+def as_float(bits: Int32) -> Float32:
+    """The float32 whose bits are `bits`."""
+    return Float32(llvm.bitcast(Float32.mlir_type, bits.ir_value()))
+
+
+@cute.jit
 def rna_tf32_bits(bits: Int32) -> Int32:
     """The float32 `bits` rounded to nearest TF32, ties away from zero: half a TF32 ulp added
     to the magnitude bits, the low 13 bits cleared. cvt.rna's result for finite values, in
@@ -238,14 +244,8 @@ def split_tf32(x: Float32) -> tuple:
     (ptxas drops lo's mask: the TF32 MMA ignores the low 13 bits) where two cvt.rna and the
     subtraction take seven. x not finite: lo is NaN or inf, the products NaN (as with cvt.rna)."""
     hi = rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, x.ir_value())))
-    lo = x - Float32(llvm.bitcast(Float32.mlir_type, hi.ir_value()))
+    lo = x - as_float(hi)
     return hi, rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, lo.ir_value())))
-
-
-@cute.jit
-def as_float(bits: Int32) -> Float32:
-    """The float32 whose bits are `bits`."""
-    return Float32(llvm.bitcast(Float32.mlir_type, bits.ir_value()))
 
 
 def prep_arrays(precision: str) -> int:
@@ -253,11 +253,16 @@ def prep_arrays(precision: str) -> int:
     return 6 if precision == "tf32" else 4
 
 
+def norms_offset(f: int, h: int) -> int:
+    """Where in WeightPrep's array the TF32 W1s row norms (H floats) start: after its operands."""
+    return prep_arrays("tf32") * f * h
+
+
 @cute.jit
 def set_operand(frag: cute.Tensor, frag_lo: cute.Tensor, index, bits: Int32, split: cutlass.Constexpr):
     """Fragment element `index` <- the float32 `bits`: split (3xTF32) or as they are."""
     if cutlass.const_expr(split):
-        hi, lo = split_tf32(Float32(llvm.bitcast(Float32.mlir_type, bits.ir_value())))
+        hi, lo = split_tf32(as_float(bits))
         frag[index] = hi
         frag_lo[index] = lo
     else:
@@ -313,7 +318,7 @@ def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constex
             for j in cutlass.range_constexpr(4):
                 set_operand(rA, rA_lo, ((j % 2, j // 2), mi), regs[j], split)
                 if cutlass.const_expr(row_sq is not None):
-                    x = Float32(llvm.bitcast(Float32.mlir_type, regs[j].ir_value()))
+                    x = as_float(regs[j])
                     row_sq[j % 2, mi] = row_sq[j % 2, mi] + x * x
         # B blocks (k +0 / +4 of column block ni, then of ni + 1) = elements (v, ni + block // 2).
         for np in cutlass.range_constexpr((num_ni + 1) // 2):
@@ -380,7 +385,7 @@ class WeightPrep:
                 mPrep[4, e] = as_float(hi)
                 mPrep[5, e] = as_float(lo)
         if cutlass.const_expr(self.rounded):
-            # ||W1s[c, :]||_2 -> the H floats after the four operands (tau's column factor in
+            # ||W1s[c, :]||_2 -> the H floats after the six operands (tau's column factor in
             # the row pass): warp c of the grid, its lanes' strided sums of squares added in a
             # fixed butterfly (H * 32 <= H * F threads).
             lane = tid % 32
@@ -393,7 +398,7 @@ class WeightPrep:
                 for offset in (16, 8, 4, 2, 1):
                     sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=offset)
                 if lane == 0:
-                    mNorms = cute.make_tensor(mPrep.iterator + self.arrays * h * f, cute.make_layout(h))
+                    mNorms = cute.make_tensor(mPrep.iterator + norms_offset(f, h), cute.make_layout(h))
                     mNorms[c] = cute.math.sqrt(sq)
 
 
@@ -838,7 +843,7 @@ class RowPass:
             row_norm = cute.make_rmem_tensor((2, cute.size(acc1, mode=[1])), Float32)
             row_norm.fill(0.0)
             col_tau = cute.make_rmem_tensor((2, cute.size(acc1, mode=[2])), Float32)
-            mNorms = cute.make_tensor(mW1sv.iterator + prep_arrays(self.precision) * f * h, cute.make_layout(h))
+            mNorms = cute.make_tensor(mW1sv.iterator + norms_offset(f, h), cute.make_layout(h))
         # The actions of the thread's accumulator rows (v1, mi); -1 past the batch.
         row_acts = cute.make_rmem_tensor((2, cute.size(acc1, mode=[1])), Int32)
         for mi in cutlass.range_constexpr(cute.size(acc1, mode=[1])):
@@ -1038,8 +1043,8 @@ class RowPass:
                 self.issue_wgmma_chunk(loops[p], Int32(kc), tid)
 
     @cute.jit
-    def run_wgmma_loop(self, loops: list, p: int, tid: Int32, mma_chunk):
-        """Chunk loop p: per chunk, wait for it, publish it to the tensor cores, one barrier
+    def run_wgmma_loop(self, loops: list, p: int, tid: Int32, acc: cute.Tensor, mma_chunk):
+        """Chunk loop p into the zeroed accumulators acc: per chunk, wait for it, publish it to the tensor cores, one barrier
         (every thread's copies of chunk kc are in; every warpgroup has waited for chunk
         kc - 1's wgmma group, so its stage can be refilled with chunk kc + stages - 1), issue
         that refill, then `mma_chunk(kc, stage)` issues chunk kc's group and this warpgroup
@@ -1047,7 +1052,9 @@ class RowPass:
         but keeps stages - 1 chunks in flight (a group kept in flight would hold one more
         stage). A loop at run time, not unrolled: unrolled, the four products' loops made the
         kernel ~110 KB of code, and a fifth of its time went to instruction fetch (ncu:
-        stall "no instruction"). Ends with a barrier: the stages are free."""
+        stall "no instruction"). Ends with a barrier (the stages are free) and the first
+        chunks of loop p + 1, so that they fly during this loop's epilogue."""
+        acc.fill(0.0)
         chunks, stages = loops[p][4], loops[p][5]
         for kc in cutlass.range(chunks, unroll=1):
             cute.arch.cp_async_wait_group(stages - 2)
@@ -1057,6 +1064,7 @@ class RowPass:
             mma_chunk(kc, kc % stages)
             warpgroup.wait_group(0)
         cute.arch.barrier()
+        self.start_wgmma_loop(loops, p + 1, tid)
 
     def wgmma_loops(self, mS: cute.Tensor, mW1hv: cute.Tensor, mW1lv: cute.Tensor, mW2v: cute.Tensor,
                     mW2tv: cute.Tensor, mW1stv: cute.Tensor, batch: Int32, row0: Int32, sS3: cute.Tensor,
@@ -1113,6 +1121,14 @@ class RowPass:
             cute.gemm(tiled, acc, rA[None, None, ks], tBlo[None, None, ks, stage], acc)
             cute.gemm(tiled, acc, rA[None, None, ks], tBhi[None, None, ks, stage], acc)
         warpgroup.commit_group()
+
+    @cute.jit
+    def row_pair(self, mX: cute.Tensor, row: Int32, col: Int32) -> cute.Tensor:
+        """Elements (row, col), (row, col + 1) of the row-major [B, F] array mX, col even, as a
+        tensor of 2 on an 8-byte boundary (the arrays start on 16 bytes, F is a multiple of
+        32): copied with autovec_copy it is one 64-bit access."""
+        offset = cute.assume(row * self.f + col, divby=2)
+        return cute.make_tensor(mX.iterator + offset, cute.make_layout(2))
 
     @staticmethod
     def resident_product(n: int, sA: cute.Tensor, sW: cute.Tensor, wg: Int32, wtid: Int32) -> tuple:
@@ -1173,7 +1189,7 @@ class RowPass:
             sActs[tid] = Int32(-1)  # padding rows past the batch: no action, no gradient
             if row0 + tid < batch:
                 sActs[tid] = Int32(mAct[row0 + tid])
-        mNorms = cute.make_tensor(mW1sv.iterator + prep_arrays(self.precision) * f * h, cute.make_layout(h))
+        mNorms = cute.make_tensor(mW1sv.iterator + norms_offset(f, h), cute.make_layout(h))
         for c in cutlass.range(tid, h, self.threads, unroll=1):
             sB1[c] = mB1[c]
             sTau[c] = Float32(z_error_per_norm(f)) * mNorms[c]
@@ -1214,11 +1230,9 @@ class RowPass:
                 w1a_frag[i] = Float32(0.0)
                 if act >= 0:
                     w1a_frag[i] = mW1[col0 + cC1[i][1], f + act]
-            acc1.fill(0.0)
             row_sq = row_norm if cutlass.const_expr(nt == 0) else None
-            self.run_wgmma_loop(loops, nt, tid, lambda kc, stage: self.z_chunk_mma(
+            self.run_wgmma_loop(loops, nt, tid, acc1, lambda kc, stage: self.z_chunk_mma(
                 tiled_z, acc1, tCsS, rA, rA_lo, tBhi, tBlo, stage, row_sq))
-            self.start_wgmma_loop(loops, nt + 1, tid)
             if cutlass.const_expr(nt == 0):
                 for v in cutlass.range_constexpr(2):
                     sq = row_norm[v, 0]
@@ -1250,15 +1264,12 @@ class RowPass:
                 s_next_frag[i] = Float32(0.0)
                 s_next_frag[i + 1] = Float32(0.0)
                 if row0 + cC2[i][0] < batch:
-                    offset = cute.assume((row0 + cC2[i][0]) * f + col0 + cC2[i][1], divby=2)
                     pair = cute.make_rmem_tensor(2, Float32)
-                    cute.autovec_copy(cute.make_tensor(mSn.iterator + offset, cute.make_layout(2)), pair)
+                    cute.autovec_copy(self.row_pair(mSn, row0 + cC2[i][0], col0 + cC2[i][1]), pair)
                     s_next_frag[i] = pair[0]
                     s_next_frag[i + 1] = pair[1]
-            acc2.fill(0.0)
-            self.run_wgmma_loop(loops, p2 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
+            self.run_wgmma_loop(loops, p2 + nt, tid, acc2, lambda kc, stage: self.resident_chunk_mma(
                 tiled_p, acc2, tCrZ, tCrWp, kc, stage))
-            self.start_wgmma_loop(loops, p2 + nt + 1, tid)
             for i in cutlass.range_constexpr(cute.size(acc2)):
                 r = cC2[i][0]
                 diff = Float32(0.0)
@@ -1294,10 +1305,8 @@ class RowPass:
         tiled_h, tCrDp, tCrWh, cC3, acc3 = self.resident_product(n3, sDp, sWh, wg, wtid)
         for nt in cutlass.range_constexpr(h // plan.h_tile):
             col0 = nt * plan.h_tile + wg * n3
-            acc3.fill(0.0)
-            self.run_wgmma_loop(loops, p3 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
+            self.run_wgmma_loop(loops, p3 + nt, tid, acc3, lambda kc, stage: self.resident_chunk_mma(
                 tiled_h, acc3, tCrDp, tCrWh, kc, stage))
-            self.start_wgmma_loop(loops, p3 + nt + 1, tid)
             for i in cutlass.range_constexpr(cute.size(acc3)):
                 r = cC3[i][0]
                 col = col0 + cC3[i][1]
@@ -1316,10 +1325,8 @@ class RowPass:
         tiled_f, tCrDz, tCrWf, cC4, acc4 = self.resident_product(n4, sZ, sWf, wg, wtid)  # sZ holds dz now
         for nt in cutlass.range_constexpr(f // plan.f_tile):
             col0 = nt * plan.f_tile + wg * n4
-            acc4.fill(0.0)
-            self.run_wgmma_loop(loops, p4 + nt, tid, lambda kc, stage: self.resident_chunk_mma(
+            self.run_wgmma_loop(loops, p4 + nt, tid, acc4, lambda kc, stage: self.resident_chunk_mma(
                 tiled_f, acc4, tCrDz, tCrWf, kc, stage))
-            self.start_wgmma_loop(loops, p4 + nt + 1, tid)
             # A lane's two adjacent columns (elements v0 = 0, 1) as one 64-bit store: the 4 lanes
             # of a row then write whole 32-byte sectors (one 32-bit store an element, the ds
             # epilogues took a fifth of the kernel, ncu: waiting on the stores' registers)
@@ -1329,8 +1336,7 @@ class RowPass:
                     pair = cute.make_rmem_tensor(2, Float32)
                     pair[0] = acc4[i]
                     pair[1] = acc4[i + 1]
-                    offset = cute.assume((row0 + r) * f + col0 + cC4[i][1], divby=2)
-                    cute.autovec_copy(pair, cute.make_tensor(mDs.iterator + offset, cute.make_layout(2)))
+                    cute.autovec_copy(pair, self.row_pair(mDs, row0 + r, col0 + cC4[i][1]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1441,7 +1447,7 @@ def row_pass_outputs(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
     hid, dpred, dz = (_arrays.empty(s, shape) for shape in shapes)
     partials = _arrays.empty(s, (num_ctas * width,))
     # WeightPrep's operands, then (TF32) W1s's row norms
-    prep = _arrays.empty(s, (prep_arrays(precision) * h * f + (h if precision == "tf32" else 0),))
+    prep = _arrays.empty(s, (norms_offset(f, h) + h if precision == "tf32" else prep_arrays(precision) * h * f,))
     ptr = _cute.gmem_ptr
     stream = _cute.current_stream(s)
     _compile_weight_prep(f, h, num_actions, precision)(ptr(W1), ptr(W2), ptr(prep), stream)
