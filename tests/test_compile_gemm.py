@@ -70,21 +70,38 @@ def test_weight_grad_tile_is_the_narrowest_that_covers_k():
 
 
 def test_kmajor_weight_grad_is_wgmma_on_operands_rounded_by_their_producer(ptx):
-    """Curiosity's pair ("kmajor", "rows"): per problem's branch one m64n64k8 TF32 wgmma per 8
-    batch rows of a 32-row stage (4); "kmajor" reads both operands from shared memory through
-    descriptors, "rows" its A from 4 registers a k-step, loaded from the staged X tile (16
-    scalar shared loads a thread and stage) and rounded there by adding half a TF32 ulp (no
-    cvt.rna: the K-major operands' rounding is their producer's), in a loop unrolled twice
-    over two register sets (8 wgmma, 32 loads); no mma.sync; each tile's ticket the only
-    atomic."""
+    """Curiosity's pair ("kmajor", "rows"): per problem's branch one m64n128k8 TF32 wgmma per
+    8 batch rows of a 32-row stage (4) on each warpgroup's half of the 128 x 128 tile;
+    "kmajor" reads both operands from shared memory through descriptors, "rows" its A from 4
+    registers a k-step, loaded from the staged X half (16 scalar shared loads a thread and
+    stage) and rounded there by adding half a TF32 ulp (no cvt.rna: the K-major operands'
+    rounding is their producer's), in a loop unrolled twice over two register sets (8 wgmma,
+    32 loads); no mma.sync. The partial tile goes out as 64-bit accumulator pairs (32 a
+    thread and branch), the finish reads it as float4s; the only atomics are each branch's
+    tile counter, counted up on arrival and again when done (then zeroed), and the wait for
+    the tile's other splits polls it with acquire loads."""
     text = ptx["kmajor_weight_grad_pair"]
     wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.tf32\.tf32 \{[^}]*\}, (\{|%rd)", text)
-    assert wgmma == [("m64n64k8", "%rd")] * 4 + [("m64n64k8", "{")] * 8, wgmma
+    assert wgmma == [("m64n128k8", "%rd")] * 4 + [("m64n128k8", "{")] * 8, wgmma
     assert "mma.sync" not in text and "cvt.rna" not in text
-    assert text.count("ld.shared.b32") == 2 * 16 + 2  # X's fragment elements, and each branch's ticket
+    assert text.count("ld.shared.b32") == 2 * 16  # X's fragment elements
     assert text.count("wgmma.commit_group") == 1 + 2 and "fence.proxy.async.shared::cta" in text
+    assert len(re.findall(r"st\.global\.v2\.b32", text)) == 2 * 32
+    assert set(re.findall(r"ld\.global\.[\w.]+", text)) == {"ld.global.v4.b32"}
     atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", text)
-    assert atomics == ["atom.global.acq_rel.add.u32"] * 2, atomics
+    assert atomics == ["atom.global.acq_rel.add.u32", "atom.global.add.u32"] * 2, atomics
+    assert re.findall(r"ld\.acquire\.[\w.]+", text) == ["ld.acquire.gpu.global.b32"] * 2
+
+
+def test_kmajor_split_keeps_every_cta_of_a_launch_resident_at_once():
+    # A tile's CTAs wait for each other (KMajorWeightGrad's split sums): a launch of more than
+    # one split must fit the SMs one CTA each, and the splits must cover every k-block once.
+    for sms in (1, 16, 114, 132):
+        for tiles in (1, 2, 4, 16, 32, 40, 200):
+            for num_kb in (1, 2, 7, 256, 2049):
+                splits, per_split = gemm.kmajor_split(num_kb, tiles, sms)
+                assert splits == 1 or splits * tiles <= sms, (sms, tiles, num_kb, splits)
+                assert (splits - 1) * per_split < num_kb <= splits * per_split, (sms, tiles, num_kb)
 
 
 def test_scalar_load_variant_for_odd_k():

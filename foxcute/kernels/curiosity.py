@@ -31,7 +31,7 @@ Where the split is, and why (four launches and one small copy).
 - The weight gradients dW2 = dpred^T hid and dW1[:, :F] = dz^T s reduce over the batch: a
   [F x H] partial per CTA is 128 KB of accumulators, more than a CTA can hold next to the
   row pass's tiles, so they cannot be accumulated there. They run as one launch for both
-  (per-CTA partial tiles, summed in a fixed order by the last CTA of each tile), reading
+  (per-CTA partial tiles, each tile's summed in a fixed order, a slice by each of its CTAs), reading
   operands written just before (mostly still in the 50 MB L2). TF32: `gemm.KMajorWeightGrad`
   on wgmma, whose shared-memory operands must be K-major, so the row pass writes hid, dpred
   and dz transposed ([n, Kp], the batch contiguous, Kp = num_ctas * bm with zeros past B) as
@@ -83,6 +83,11 @@ epilogues' 32-bit stores near another fifth; at run-time loops 63.9-64.2 (RowPas
 ncu); with ds stored and s_next loaded as 64-bit pairs 57.5-58.1 against 65.2-65.8.
 Papermill run 20261202T033351Z: the layer 59.8 us (67.6 in run 20261202T013119Z), step
 breakdown RowPass 30.8 us (38.8).
+Then (foxcute.compare, one H200 call, 3 rounds, the layer): KMajorWeightGrad on 128 x 128
+tiles with the split sums spread over each tile's CTAs (see it) 57.8-58.0 -> 53.2-53.5 us
+(predicted ~8 us from its per-SM traffic, 656 -> 384 KB: about half came); and the row pass's
+three resident-A products keeping one wgmma group in flight across each chunk's barrier
+(run_wgmma_loop) 51.8-52.4 us.
 Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
 where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
 row-pass CTAs runs the same chain (four products, their epilogues, ~40 barriers) as the
@@ -481,9 +486,11 @@ class RowPass:
         with each warpgroup waiting for its own group before it: the tensor cores idle
         between chunks; the dz column-sum pass of 4 warps before ds's first chunk) and a
         quarter on global memory (the W1a gather and s_next, the exact-z loads); the z
-        chunk loop, ~0.9 us a chunk, is twice its tensor-core time. Next: one group kept
-        in flight across the chunk barrier (two A register sets for z), the column sums
-        from the accumulators, and weight chunks shared by a cluster.
+        chunk loop, ~0.9 us a chunk, is twice its tensor-core time. Then pred, dh and ds
+        (A resident) keep one group in flight across the chunk barrier (run_wgmma_loop):
+        the layer ~-1 us (module docstring). Next: the same for z (two A register sets;
+        at 248 registers now), the column sums from the accumulators, and weight chunks
+        shared by a cluster.
     """
 
     def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
@@ -1026,7 +1033,7 @@ class RowPass:
     def issue_wgmma_chunk(self, loop: tuple, kc: Int32, tid: Int32):
         """Chunk kc of a wgmma chunk loop (see wgmma_loops) into stage kc % stages, committed as
         one cp.async group; nothing past the loop's end (an empty group)."""
-        s_op, weights, n0, rows, chunks, stages = loop
+        s_op, weights, n0, rows, chunks, stages, _ = loop
         if kc < chunks:
             if cutlass.const_expr(s_op is not None):
                 issue_chunk(*s_op.tensors[:2], *s_op.ints, *s_op.static, kc, kc % stages, tid)
@@ -1039,29 +1046,40 @@ class RowPass:
         """The first stages - 1 chunks of chunk loop p (none past the last loop): issued once
         the loop before has finished with the staging buffers, before its epilogue."""
         if cutlass.const_expr(p < len(loops)):
-            for kc in cutlass.range_constexpr(loops[p][5] - 1):
+            for kc in cutlass.range_constexpr(self.lead(loops[p])):
                 self.issue_wgmma_chunk(loops[p], Int32(kc), tid)
+
+    @staticmethod
+    def lead(loop: tuple) -> int:
+        """Chunks of a loop in flight by cp.async ahead of the one multiplied: its stages less
+        the one multiplied and the groups left in flight in the tensor cores."""
+        return loop[5] - 1 - loop[6]
 
     @cute.jit
     def run_wgmma_loop(self, loops: list, p: int, tid: Int32, acc: cute.Tensor, mma_chunk):
-        """Chunk loop p into the zeroed accumulators acc: per chunk, wait for it, publish it to the tensor cores, one barrier
-        (every thread's copies of chunk kc are in; every warpgroup has waited for chunk
-        kc - 1's wgmma group, so its stage can be refilled with chunk kc + stages - 1), issue
-        that refill, then `mma_chunk(kc, stage)` issues chunk kc's group and this warpgroup
-        waits for it. Waiting a group a chunk leaves the tensor cores idle between groups,
-        but keeps stages - 1 chunks in flight (a group kept in flight would hold one more
-        stage). A loop at run time, not unrolled: unrolled, the four products' loops made the
+        """Chunk loop p into the zeroed accumulators acc: per chunk, wait for it, publish it
+        to the tensor cores, one barrier (every thread's copies of chunk kc are in; every
+        warpgroup has waited for all but its last `in_flight` wgmma groups, so the stage of
+        chunk kc - 1 - in_flight can be refilled, with chunk kc + lead), issue that refill,
+        then `mma_chunk(kc, stage)` issues chunk kc's group and this warpgroup waits until
+        `in_flight` groups are left. With one left (the resident-A products) the tensor
+        cores have the next group before the last one ends, for one stage less of loads in
+        flight; z's A is a register fragment rebuilt every chunk, so its loop waits for
+        each group (in_flight 0). A loop at run time, not unrolled: unrolled, the four products' loops made the
         kernel ~110 KB of code, and a fifth of its time went to instruction fetch (ncu:
         stall "no instruction"). Ends with a barrier (the stages are free) and the first
         chunks of loop p + 1, so that they fly during this loop's epilogue."""
         acc.fill(0.0)
-        chunks, stages = loops[p][4], loops[p][5]
+        chunks, stages, in_flight = loops[p][4], loops[p][5], loops[p][6]
+        lead = self.lead(loops[p])
         for kc in cutlass.range(chunks, unroll=1):
-            cute.arch.cp_async_wait_group(stages - 2)
+            cute.arch.cp_async_wait_group(lead - 1)
             _wgmma.publish()
             cute.arch.barrier()
-            self.issue_wgmma_chunk(loops[p], kc + stages - 1, tid)
+            self.issue_wgmma_chunk(loops[p], kc + lead, tid)
             mma_chunk(kc, kc % stages)
+            warpgroup.wait_group(in_flight)
+        if cutlass.const_expr(in_flight > 0):
             warpgroup.wait_group(0)
         cute.arch.barrier()
         self.start_wgmma_loop(loops, p + 1, tid)
@@ -1071,19 +1089,20 @@ class RowPass:
                     sWhi: cute.Tensor, sWlo: cute.Tensor, sWp: cute.Tensor, sWh: cute.Tensor,
                     sWf: cute.Tensor) -> list:
         """The chunk loops in the order they run, each (s's Operand or None, [(weights, their
-        staging)], first weight row, rows a chunk, chunks, stages): z's column tiles (s; W1s
-        hi, lo), then pred's (W2), dh's (W2^T) and ds's (W1s^T)."""
+        staging)], first weight row, rows a chunk, chunks, stages, wgmma groups left in
+        flight): z's column tiles (s; W1s hi, lo), then pred's (W2), dh's (W2^T) and ds's
+        (W1s^T)."""
         plan, f, h = self.plan, self.f, self.h
         s_op = Operand(mS, batch, row0, 0, f // 4, ROW_BLOCK_WGMMA, CHUNK // 4, 4, False, sS3, None,
                        threads=self.threads)
         zs, ps = plan.Z_STAGES, plan.PRODUCT_STAGES
-        loops = [(s_op, [(mW1hv, sWhi), (mW1lv, sWlo)], nt * plan.z_tile, plan.z_tile, f // CHUNK, zs)
+        loops = [(s_op, [(mW1hv, sWhi), (mW1lv, sWlo)], nt * plan.z_tile, plan.z_tile, f // CHUNK, zs, 0)
                  for nt in range(h // plan.z_tile)]
-        loops += [(None, [(mW2v, sWp)], nt * plan.pred_tile, plan.pred_tile, h // CHUNK, ps)
+        loops += [(None, [(mW2v, sWp)], nt * plan.pred_tile, plan.pred_tile, h // CHUNK, ps, 1)
                   for nt in range(f // plan.pred_tile)]
-        loops += [(None, [(mW2tv, sWh)], nt * plan.h_tile, plan.h_tile, f // CHUNK, ps)
+        loops += [(None, [(mW2tv, sWh)], nt * plan.h_tile, plan.h_tile, f // CHUNK, ps, 1)
                   for nt in range(h // plan.h_tile)]
-        loops += [(None, [(mW1stv, sWf)], nt * plan.f_tile, plan.f_tile, h // CHUNK, ps)
+        loops += [(None, [(mW1stv, sWf)], nt * plan.f_tile, plan.f_tile, h // CHUNK, ps, 1)
                   for nt in range(f // plan.f_tile)]
         return loops
 

@@ -818,38 +818,45 @@ class KMajorWeightGrad:
     K-major B, and A is either K-major too or read into registers; 16-byte cp.async copies
     stage every operand (K-major ones into the 128B-swizzled layout). Kp is a multiple of KB
     (the producer writes zeros past the batch, X's rows past B are zero-filled), so the k
-    loop has no bounds; rows past M or N are zero-filled.
+    loop has no bounds; rows past M or N (and X's columns past M) are zero-filled.
 
-    CTA (split, tile): one warpgroup, a [BM, bn] tile (mt, nt) of a problem's D over the batch
-    rows of k-blocks [split * kb_per_split, ...) (KB rows each); STAGES shared stages:
-    STAGES - 2 k-blocks in flight by cp.async, up to two in the tensor cores (a stage is
-    refilled after the barrier that follows every warp's wait for the wgmma group that read
-    it; "rows" alternates two sets of fragment registers, reloading one while the group
-    reading the other is in flight). The partial tile goes to work[tile * splits + split];
-    the CTA that draws the tile's last ticket sums the tile's partials in split order
-    (_cute.sum_rows_in_order) and writes dW: the order is fixed, so results are
-    bit-identical from run to run.
+    Work, at curiosity's defaults (dW2 [256, 128] and dW1's [128, 256] over 8192 rows): 24 MB
+    of operands (mostly still in L2 from the row pass) and 1.1 GFLOP, so what costs is how
+    often each CTA reads the operands and how the split batch is summed. A CTA (split, tile)
+    is two warpgroups on a [BM, bn] = [128, 128] tile (mt, nt) of a problem's D, each one
+    m64 half, over the batch rows of k-blocks [split * kb_per_split, ...) (KB rows each);
+    STAGES shared stages: STAGES - 2 k-blocks in flight by cp.async, up to two in the tensor
+    cores (a stage is refilled after the barrier that follows every warp's wait for the wgmma
+    group that read it; "rows" alternates two sets of fragment registers, reloading one while
+    the group reading the other is in flight). At the defaults 4 tiles x 32 splits: each CTA
+    reads 256 KB of operands (the 64 x 64 tiles before read 512 KB).
+    The split sums, deterministic and spread over the tile's CTAs: each stores its partial
+    tile to work[tile * splits + split], arrives at the tile's counter and waits until all
+    `splits` have; then split j sums slice j of the tile (a splits-th of its float4 vectors)
+    over the partials in split order and writes it to dW. The order is fixed, so results are
+    bit-identical run to run; no float atomics. A single finishing CTA a tile (the last to
+    arrive, as in WeightGrad) would read all 32 partials, 2 MB, through one SM. Waiting for
+    the tile's other CTAs needs them to make progress: the grid is at most one CTA an SM
+    (kmajor_split: tiles x splits <= SMs, or one split and no wait), so every CTA is resident
+    once the kernels beside it on the GPU (which never wait on this one) have left its SM.
+    The counter, counted up again after each finish, is zeroed by the tile's last CTA.
+    Measured (H200, foxcute.compare of curiosity's layer, one call, 3 rounds): 57.8-58.0 us
+    with the 64 x 64 tiles of one warpgroup and the last CTA of a tile summing its 8 partials
+    (16 tiles x 8 splits; that kernel took 17.2-18.9 us in the step breakdowns), 53.2-53.5
+    with this one: predicted ~-8 us from the per-SM traffic (operands, partial, finish: 656
+    -> 384 KB), about half of it came. ncu (caches flushed, so operands from DRAM: L2 hit
+    rate 47%) puts this kernel at 15.7 us, SMs active 81% of its cycles. Tried before on
+    the 64 x 64 version: 64 x 128 tiles of one warpgroup (23.0 us), 2x and 4x the splits
+    (22.1, 31.3: the last CTA read 2-4x as much), a cluster of a tile's 8 splits summing
+    through distributed shared memory (22.7)."""
 
-    Measured (H200, curiosity's pair at the defaults: 256 x 128 and 128 x 256 over 8192 rows,
-    16 tiles x 8 splits = 128 CTAs, graph-replayed; GPU check scripts, not committed): with
-    both problems "kmajor" (the row pass also writing s^T) 15.5 and 16.8 us in two runs,
-    where WeightGrad took 24.9 us on the same values row-major; with dW1 as "rows" (no s^T)
-    19.3 us (21.1 while each group was waited for before the fragment registers' reload).
-    What bounds it is still partly open: its tiles read 64 MB from L2 (each operand again for
-    every tile beside it), and the finishing CTA's ordered sum of 8 partial tiles (128 KB
-    through one SM, 3 splits' loads in flight) is a few of those microseconds: 64 x 128 tiles
-    (48 MB read, 16 splits to fill the SMs) took 23.0 us, twice the splits 22.1 us, four
-    times 31.3 us, each finisher reading 2-4x as much. A finish through distributed shared
-    memory instead (the tile's 8 splits one cluster, each summing an eighth of the tile from
-    its peers' shared memory in split order: no partials, no ticket) was correct and
-    deterministic but slower, 22.7 us (not analysed; the clusters' scheduling is the first
-    suspect); not kept."""
-
-    BM = 64  # D rows of a tile: one m64 wgmma
+    BM = 128  # D rows of a tile: two m64 wgmma halves, one a warpgroup
+    HALF = _wgmma.MMA_M
     KB = 32  # batch rows of a stage: one swizzle atom row (128 bytes) of every K-major row
     STAGES = 6
-    THREADS = _wgmma.WARPGROUP
-    X_PITCH = BM + 8  # floats a row of a staged X tile: RS fragment loads hit 32 banks
+    THREADS = 2 * _wgmma.WARPGROUP
+    X_PITCH = HALF + 8  # floats a row of a staged X half: RS fragment loads hit 32 banks
+    SPLIT_LOADS = 8  # the finish: partials' float4 loads in flight a thread
 
     def __init__(self, bn: int, kinds: tuple):
         self.bn = bn  # D columns of a tile (wgmma N)
@@ -867,12 +874,15 @@ class KMajorWeightGrad:
         if cutlass.const_expr(len(self.kinds) == 2):
             p1 = self.problem_tensors(1, a1, b1, dw1, m1, n1, ldo1, batch, kp, kp_vecs)
             tiles = tiles + p1[-1]
-        tile_vecs = self.BM * self.bn // 4
-        mWork = cute.make_tensor(work_ptr, cute.make_layout((tiles * splits, tile_vecs, 4),
-                                                            stride=(tile_vecs * 4, 4, 1)))
+        tile_floats = self.BM * self.bn
+        # the partial tiles, row-major [BM, bn] each: as pairs (the accumulators' stores) and
+        # as float4 vectors (the finish's loads)
+        mWork = cute.make_tensor(work_ptr, cute.make_layout((tiles * splits, tile_floats), stride=(tile_floats, 1)))
+        mWorkVecs = cute.make_tensor(work_ptr, cute.make_layout((tiles * splits, tile_floats // 4, 4),
+                                                                stride=(tile_floats, 4, 1)))
         mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(tiles))
-        self.kernel(*p0[:-1], *p1[:-1], p0[-1], mWork, mTicket, kp // self.KB, kb_per_split, splits).launch(
-            grid=[splits, tiles, 1], block=[self.THREADS, 1, 1], stream=stream)
+        self.kernel(*p0[:-1], *p1[:-1], p0[-1], mWork, mWorkVecs, mTicket, kp // self.KB, kb_per_split,
+                    splits).launch(grid=[splits, tiles, 1], block=[self.THREADS, 1, 1], stream=stream)
 
     @cute.jit
     def problem_tensors(self, p: cutlass.Constexpr, a_ptr, b_ptr, dw_ptr, m, n, ldo, batch, kp, kp_vecs):
@@ -890,20 +900,25 @@ class KMajorWeightGrad:
     @cute.kernel
     def kernel(self, mA0: cute.Tensor, mB0: cute.Tensor, mD0: cute.Tensor, n_tiles0: Int32,
                mA1: cute.Tensor, mB1: cute.Tensor, mD1: cute.Tensor, n_tiles1: Int32, tiles0: Int32,
-               mWork: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32, kb_per_split: Int32, splits: Int32):
+               mWork: cute.Tensor, mWorkVecs: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32,
+               kb_per_split: Int32, splits: Int32):
         tid, _, _ = cute.arch.thread_idx()
         split, tile, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
-        sA = None
-        sX = None
+        # A's stages, [half, stage]: K-major swizzled ("kmajor") or X's rows ("rows"); the two
+        # kinds of a pair share the buffer (a CTA runs one problem)
+        a_floats = 0
         if cutlass.const_expr("kmajor" in self.kinds):
-            sA = _wgmma.allocate_sw128(smem, (self.BM, self.KB, self.STAGES))
+            a_floats = self.HALF * self.KB * 2 * self.STAGES
         if cutlass.const_expr("rows" in self.kinds):
-            sX = smem.allocate_tensor(Float32, cute.make_layout(
-                (self.KB, self.BM, self.STAGES), stride=(self.X_PITCH, 1, self.KB * self.X_PITCH)), 16)
+            a_floats = max(a_floats, self.KB * self.X_PITCH * 2 * self.STAGES)
+        raw = smem.allocate_tensor(Float32, cute.make_layout(a_floats), _wgmma.ATOM_BYTES)
+        sA = _wgmma.sw128_view(raw.iterator, (self.HALF, self.KB, 2, self.STAGES))
+        x_half = self.KB * self.X_PITCH
+        sX = cute.make_tensor(raw.iterator, cute.make_layout((self.KB, self.HALF, 2, self.STAGES),
+                                                             stride=(self.X_PITCH, 1, x_half, 2 * x_half)))
         sB = _wgmma.allocate_sw128(smem, (self.bn, self.KB, self.STAGES))
-        sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
-        args = (split, tid, sA, sX, sB, sTicket, mWork, mTicket, num_kb, kb_per_split, splits)
+        args = (split, tid, sA, sX, sB, mWork, mWorkVecs, mTicket, num_kb, kb_per_split, splits)
         if cutlass.const_expr(len(self.kinds) == 1):
             self.tile(0, mA0, mB0, mD0, n_tiles0, tile, tile, *args)
         else:
@@ -916,8 +931,8 @@ class KMajorWeightGrad:
     def copy_vectors(self, mX: cute.Tensor, row0: Int32, vec0: Int32, sX: cute.Tensor,
                      rows: cutlass.Constexpr[int], per_row: cutlass.Constexpr[int], tid: Int32):
         """sX (rows, 4 per_row) <- mX[row0 : row0 + rows, vec0 : vec0 + per_row] (float4 vectors)
-        by 16-byte cp.async (a warp copies whole 128-byte row segments); rows past mX's are
-        zeroed."""
+        by 16-byte cp.async (a warp copies whole 128-byte row segments); vectors past mX's rows
+        or columns are zeroed."""
         atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL),
                                    Float32, num_bits_per_copy=128)
         for j in cutlass.range_constexpr(rows * per_row // self.THREADS):
@@ -925,7 +940,7 @@ class KMajorWeightGrad:
             r = idx // per_row
             q = idx % per_row
             dst = cute.local_tile(sX[r, None], (4,), (q,))
-            if row0 + r < cute.size(mX, mode=[0]):
+            if row0 + r < cute.size(mX, mode=[0]) and vec0 + q < cute.size(mX, mode=[1]):
                 cute.copy(atom, mX[row0 + r, vec0 + q, None], dst)
             else:
                 zeros = cute.make_rmem_tensor((4,), Float32)
@@ -935,12 +950,15 @@ class KMajorWeightGrad:
     @cute.jit
     def load_block(self, p: cutlass.Constexpr, mA: cute.Tensor, mB: cute.Tensor, m0: Int32, n0: Int32,
                    kblock: Int32, stage: Int32, sA: cute.Tensor, sX: cute.Tensor, sB: cute.Tensor, tid: Int32):
-        """k-block `kblock` of both operands into `stage`: B_t's [bn, KB] rows; A_t's [BM, KB]
-        rows ("kmajor") or X's [KB, BM] batch rows ("rows")."""
-        if cutlass.const_expr(self.kinds[p] == "rows"):
-            self.copy_vectors(mA, kblock * self.KB, m0 // 4, sX[None, None, stage], self.KB, self.BM // 4, tid)
-        else:
-            self.copy_vectors(mA, m0, kblock * (self.KB // 4), sA[None, None, stage], self.BM, self.KB // 4, tid)
+        """k-block `kblock` of both operands into `stage`: B_t's [bn, KB] rows; per half, A_t's
+        [HALF, KB] rows ("kmajor") or X's [KB, HALF] batch rows ("rows")."""
+        for h in cutlass.range_constexpr(2):
+            if cutlass.const_expr(self.kinds[p] == "rows"):
+                self.copy_vectors(mA, kblock * self.KB, (m0 + h * self.HALF) // 4, sX[None, None, h, stage],
+                                  self.KB, self.HALF // 4, tid)
+            else:
+                self.copy_vectors(mA, m0 + h * self.HALF, kblock * (self.KB // 4), sA[None, None, h, stage],
+                                  self.HALF, self.KB // 4, tid)
         self.copy_vectors(mB, n0, kblock * (self.KB // 4), sB[None, None, stage], self.bn, self.KB // 4, tid)
 
     @cute.jit
@@ -949,8 +967,9 @@ class KMajorWeightGrad:
              tiled: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, tCsX: cute.Tensor,
              rA: cute.Tensor):
         """k-block i of the CTA's range: wait for it, refill the stage freed two blocks ago, and
-        issue its wgmma group (A from the descriptors tCrA, or "rows": from X's staged block,
-        rounded into the fragment registers rA), leaving one group in flight."""
+        issue this warpgroup's wgmma group on its half (A from the descriptors tCrA, or "rows":
+        from X's staged block, rounded into the fragment registers rA), leaving one group in
+        flight."""
         stages = self.STAGES
         cute.arch.cp_async_wait_group(stages - 3)  # block i has landed (this thread's copies)
         _wgmma.publish()  # ... and the zero-fill stores: visible to the tensor cores
@@ -972,23 +991,25 @@ class KMajorWeightGrad:
     @cute.jit
     def tile(self, p: cutlass.Constexpr, mA: cute.Tensor, mB: cute.Tensor, mD: cute.Tensor, n_tiles: Int32,
              local_tile: Int32, tile: Int32, split: Int32, tid: Int32, sA: cute.Tensor, sX: cute.Tensor,
-             sB: cute.Tensor, sTicket: cute.Tensor, mWork: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32,
+             sB: cute.Tensor, mWork: cute.Tensor, mWorkVecs: cute.Tensor, mTicket: cute.Tensor, num_kb: Int32,
              kb_per_split: Int32, splits: Int32):
         stages = self.STAGES
         rows = cutlass.const_expr(self.kinds[p] == "rows")
         m0 = (local_tile // n_tiles) * self.BM
         n0 = (local_tile % n_tiles) * self.bn
+        half = tid // _wgmma.WARPGROUP  # this warpgroup's m64 half of the tile
         tiled = _wgmma.tiled_mma_tf32(self.bn, a_in_registers=rows)
-        thr = tiled.get_slice(tid)
+        thr = tiled.get_slice(tid % _wgmma.WARPGROUP)
         tCrB = tiled.make_fragment_B(thr.partition_B(sB))  # (MMA, 1, KB / 8, STAGES) descriptors
+        tCrA = tCsX = rA = None
         if cutlass.const_expr(rows):
-            # X^T (M = features, K = batch rows) of each stage, and the thread's fragment of it
-            sXt = cute.make_tensor(sX.iterator, cute.select(sX.layout, mode=[1, 0, 2]))
-            tCsX = thr.partition_A(sXt)  # (MMA, 1, KB / 8, STAGES)
+            # X^T (M = features, K = batch rows) of each half and stage, and the thread's fragment
+            sXt = cute.make_tensor(sX.iterator, cute.select(sX.layout, mode=[1, 0, 2, 3]))
+            tCsX = thr.partition_A(sXt)[None, None, None, half, None]  # (MMA, 1, KB / 8, STAGES)
             rA = tiled.make_fragment_A(tCsX[None, None, None, 0])
         else:
-            tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # descriptors
-        acc = tiled.make_fragment_C(tiled.partition_shape_C((self.BM, self.bn)))
+            tCrA = tiled.make_fragment_A(thr.partition_A(sA))[None, None, None, half, None]  # descriptors
+        acc = tiled.make_fragment_C(tiled.partition_shape_C((self.HALF, self.bn)))
         acc.fill(0.0)
         kb0 = split * kb_per_split
         count = cutlass.max(cutlass.min(kb_per_split, num_kb - kb0), 0)
@@ -1010,27 +1031,51 @@ class KMajorWeightGrad:
                 self.step(p, i, count, kb0, mA, mB, m0, n0, sA, sX, sB, tid, tiled, acc, tCrA, tCrB, None, None)
         warpgroup.wait_group(0)
 
-        # This CTA's partial tile, then a ticket; the CTA that draws the last one finishes.
-        coord = thr.partition_C(cute.make_identity_tensor((self.BM, self.bn)))
+        # This CTA's partial tile (accumulator pairs (g, 2t), (g, 2t + 1) as 64-bit stores) ...
+        coord = thr.partition_C(cute.make_identity_tensor((self.HALF, self.bn)))
         row = tile * splits + split
-        for i in cutlass.range_constexpr(cute.size(acc)):
-            e = coord[i][0] * self.bn + coord[i][1]
-            mWork[row, e // 4, e % 4] = acc[i]
-        if _cute.take_ticket(mTicket, tile, tid, sTicket) == splits - 1:
-            cute.arch.fence_acq_rel_gpu()
-            tile_vecs = self.BM * self.bn // 4
-            total = cute.make_rmem_tensor((tile_vecs // self.THREADS, 4), Float32)
-            _cute.sum_rows_in_order(mWork, tile * splits, splits, tid, total, self.THREADS, tile_vecs,
-                                    max(1, 24 // (tile_vecs // self.THREADS)))
-            for j in cutlass.range_constexpr(tile_vecs // self.THREADS):
-                e = (tid + j * self.THREADS) * 4
-                r = m0 + e // self.bn
-                for v in cutlass.range_constexpr(4):
-                    c = n0 + e % self.bn + v
-                    if r < cute.size(mD, mode=[0]) and c < cute.size(mD, mode=[1]):
-                        mD[r, c] = total[j, v]
-            if tid == 0:
-                mTicket[tile] = Int32(0)  # ready for the next launch (and graph replay)
+        for i in cutlass.range_constexpr(0, cute.size(acc), 2):
+            e = (half * self.HALF + coord[i][0]) * self.bn + coord[i][1]
+            store_pair(mWork[row, None], e, acc[i], acc[i + 1])
+        # ... published; then wait until every split of the tile has published its own.
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.sync_threads()
+        counter = mTicket.iterator + tile
+        if tid == 0:
+            arrived = cute.arch.atomic_add(counter, Int32(1), sem="acq_rel", scope="gpu") + 1
+            while arrived < splits:
+                arrived = cute.arch.load(counter, Int32, sem="acquire", scope="gpu")
+        cute.arch.sync_threads()
+        cute.arch.fence_acq_rel_gpu()
+
+        # Split `split` finishes its slice of the tile: float4 vectors [first, last), each the
+        # sum of the tile's partials in split order.
+        tile_vecs = self.BM * self.bn // 4
+        per_slice = (tile_vecs + splits - 1) // splits
+        first = split * per_slice
+        last = cutlass.min(first + per_slice, tile_vecs)
+        for vec in cutlass.range(first + tid, last, self.THREADS, unroll=1):
+            total = cute.make_rmem_tensor((4,), Float32)
+            total.fill(0.0)
+            for base in cutlass.range(0, splits, self.SPLIT_LOADS, unroll=1):
+                parts = cute.make_rmem_tensor((self.SPLIT_LOADS, 4), Float32)
+                for r in cutlass.range_constexpr(self.SPLIT_LOADS):
+                    if base + r < splits:
+                        parts[r, None].store(mWorkVecs[tile * splits + base + r, vec, None].load())
+                    else:
+                        parts[r, None].fill(0.0)
+                for r in cutlass.range_constexpr(self.SPLIT_LOADS):
+                    total.store(total.load() + parts[r, None].load())
+            r = m0 + vec * 4 // self.bn
+            for v in cutlass.range_constexpr(4):
+                c = n0 + vec * 4 % self.bn + v
+                if r < cute.size(mD, mode=[0]) and c < cute.size(mD, mode=[1]):
+                    mD[r, c] = total[v]
+        if tid == 0:
+            # the tile's last CTA past its wait zeroes the counter for the next launch (and
+            # graph replay): every CTA of the tile counts it up once more when done with it
+            if cute.arch.atomic_add(counter, Int32(1), sem="relaxed", scope="gpu") == 2 * splits - 1:
+                mTicket[tile] = Int32(0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1219,13 +1264,14 @@ def weight_grads_into(problems: list, precision: str) -> None:
        _cute.current_stream(problems[0][0]))
 
 
-KMAJOR_TILE_N = 64  # dW columns of a KMajorWeightGrad tile
+KMAJOR_TILE_N = 128  # dW columns of a KMajorWeightGrad tile
 
 
 def kmajor_split(num_kb: int, tiles: int, sms: int) -> tuple[int, int]:
-    """(splits of the batch, k-blocks a split) for KMajorWeightGrad: about one CTA an SM over
-    all tiles (more splits lengthen the finishing CTA's sum). Fixed by its arguments, and so
-    is the summation order."""
+    """(splits of the batch, k-blocks a split) for KMajorWeightGrad: at most one CTA an SM over
+    all tiles (a tile's CTAs wait for each other, so they must all be resident), one split
+    where the tiles alone outnumber the SMs. Fixed by its arguments, and so is the summation
+    order."""
     want = max(1, min(sms // tiles, num_kb))
     per_split = -(-num_kb // want)
     return -(-num_kb // per_split), per_split
