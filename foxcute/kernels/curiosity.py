@@ -87,7 +87,9 @@ Then (foxcute.compare, one H200 call, 3 rounds, the layer): KMajorWeightGrad on 
 tiles with the split sums spread over each tile's CTAs (see it) 57.8-58.0 -> 53.2-53.5 us
 (predicted ~8 us from its per-SM traffic, 656 -> 384 KB: about half came); and the row pass's
 three resident-A products keeping one wgmma group in flight across each chunk's barrier
-(run_wgmma_loop) 51.8-52.4 us.
+(run_wgmma_loop) 51.8-52.4 us. Papermill run 20261202T051124Z (both): the layer 52.9 us;
+step breakdown KMajorWeightGrad 13.6 us (18.9), RowPass 30.5 (30.8: in the step the group in
+flight bought less than in the layer alone).
 Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
 where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
 row-pass CTAs runs the same chain (four products, their epilogues, ~40 barriers) as the

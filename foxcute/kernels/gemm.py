@@ -845,7 +845,10 @@ class KMajorWeightGrad:
     (16 tiles x 8 splits; that kernel took 17.2-18.9 us in the step breakdowns), 53.2-53.5
     with this one: predicted ~-8 us from the per-SM traffic (operands, partial, finish: 656
     -> 384 KB), about half of it came. ncu (caches flushed, so operands from DRAM: L2 hit
-    rate 47%) puts this kernel at 15.7 us, SMs active 81% of its cycles. Tried before on
+    rate 47%) puts this kernel at 15.7 us, SMs active 81% of its cycles; in the step
+    breakdown of papermill run 20261202T051124Z 13.6 us (18.9 before, run 20261202T033351Z).
+    All 32 partials' loads in flight a thread in the finish (SPLIT_LOADS 32, not 8): the
+    layer 51.9-52.2 -> 52.6 us (same call), not kept. Tried before on
     the 64 x 64 version: 64 x 128 tiles of one warpgroup (23.0 us), 2x and 4x the splits
     (22.1, 31.3: the last CTA read 2-4x as much), a cluster of a tile's 8 splits summing
     through distributed shared memory (22.7)."""
