@@ -836,9 +836,17 @@ class KMajorWeightGrad:
     over the partials in split order and writes it to dW. The order is fixed, so results are
     bit-identical run to run; no float atomics. A single finishing CTA a tile (the last to
     arrive, as in WeightGrad) would read all 32 partials, 2 MB, through one SM. Waiting for
-    the tile's other CTAs needs them to make progress: the grid is at most one CTA an SM
-    (kmajor_split: tiles x splits <= SMs, or one split and no wait), so every CTA is resident
-    once the kernels beside it on the GPU (which never wait on this one) have left its SM.
+    the tile's other CTAs needs them to be scheduled, as CUB's decoupled look-back and
+    CUTLASS's stream-K fixup need their earlier CTAs: the grid is at most one CTA an SM
+    (kmajor_split: tiles x splits <= SMs, or one split and no wait), and a tile's CTAs are
+    consecutive in launch order (split is blockIdx.x), so with CTAs dispatched in order a
+    launch holds at most one tile partly resident, splits - 1 CTAs at most; every other SM
+    is freed by CTAs that finish (whole tiles, or kernels beside this one that never wait
+    on it), so every tile completes. That holds for one launch at a time and for concurrent
+    launches of this kernel on other streams while their partly resident tiles cannot fill
+    the SMs between them (31 CTAs a launch at the defaults: five at once could); a
+    cooperative launch would guarantee it outright, but is not yet checked in a captured
+    CUDA graph.
     The counter, counted up again after each finish, is zeroed by the tile's last CTA.
     Measured (H200, foxcute.compare of curiosity's layer, one call, 3 rounds): 57.8-58.0 us
     with the 64 x 64 tiles of one warpgroup and the last CTA of a tile summing its 8 partials
