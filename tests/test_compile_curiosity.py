@@ -159,8 +159,8 @@ def test_tf32_z_signs_near_zero_recomputed_in_float64():
     and per group of exact_z_group(F) of them warp-wide float64 dot products, F / 32 = 8
     fma.rn.f64 a lane each (before: a ballot per accumulator element, 32, and one entry a time);
     tau's factors: 2 row norms a thread (sqrt of squares summed from z's A fragments: a
-    thread's wgmma accumulators are in two rows), WeightPrep's W1s row norms. fp32 mode sums every z in float64 already
-    and has none of it (its PTX is unchanged)."""
+    thread's wgmma accumulators are in two rows), WeightPrep's W1s row norms. fp32 mode sums
+    every z in float64 already and has none of it (its PTX is unchanged)."""
     ptx = {name: f.__ptx__ for name, f in curiosity.compiled_for_ci().items()}
     tf32, fp32 = ptx["row_pass_tf32"], ptx["row_pass_fp32"]
     assert tf32.count("vote.sync.any.pred") == 1

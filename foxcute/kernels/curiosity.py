@@ -99,7 +99,7 @@ single CTA of batch 1, so most of the time is that chain's latency, not the batc
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
@@ -204,6 +204,26 @@ class WgmmaPlan:
         self.raw_floats = max(z_staging, self.dp + ROW_BLOCK_WGMMA * f)
         small = 2 * ROW_BLOCK_WGMMA + 4 * ROW_BLOCK_WGMMA + 2 * h  # sActs, sRowPart, sB1, sTau
         self.smem_bytes = 4 * (self.raw_floats + ROW_BLOCK_WGMMA * h + small) + 2 * _wgmma.ATOM_BYTES
+
+
+class ChunkLoop(NamedTuple):
+    """One chunk loop of the wgmma row pass (RowPass.wgmma_loops): s's Operand (z's loops) or
+    None, [(weights, their staging)], the first weight row, weight rows a chunk, chunks,
+    stages, and the wgmma groups left in flight at each chunk's barrier."""
+
+    s_op: Any
+    weights: list
+    n0: int
+    rows: int
+    chunks: int
+    stages: int
+    in_flight: int
+
+    @property
+    def lead(self) -> int:
+        """Chunks in flight by cp.async ahead of the one multiplied: the stages less the one
+        multiplied and the groups left in flight in the tensor cores."""
+        return self.stages - 1 - self.in_flight
 
 
 def uses_wgmma(f: int, h: int, precision: str) -> bool:
@@ -1032,30 +1052,25 @@ class RowPass:
                 cute.copy(atom, mW[n0 + r, kc * vecs + q, None], dst)
 
     @cute.jit
-    def issue_wgmma_chunk(self, loop: tuple, kc: Int32, tid: Int32):
-        """Chunk kc of a wgmma chunk loop (see wgmma_loops) into stage kc % stages, committed as
-        one cp.async group; nothing past the loop's end (an empty group)."""
-        s_op, weights, n0, rows, chunks, stages, _ = loop
-        if kc < chunks:
-            if cutlass.const_expr(s_op is not None):
-                issue_chunk(*s_op.tensors[:2], *s_op.ints, *s_op.static, kc, kc % stages, tid)
-            for mW, sW in weights:
-                self.stage_weights(mW, n0, kc, sW, kc % stages, rows, tid)
+    def issue_wgmma_chunk(self, loop: ChunkLoop, kc: Int32, tid: Int32):
+        """Chunk kc of a wgmma chunk loop into stage kc % stages, committed as one cp.async
+        group; nothing past the loop's end (an empty group)."""
+        stage = kc % loop.stages
+        if kc < loop.chunks:
+            if cutlass.const_expr(loop.s_op is not None):
+                s_op = loop.s_op
+                issue_chunk(*s_op.tensors[:2], *s_op.ints, *s_op.static, kc, stage, tid)
+            for mW, sW in loop.weights:
+                self.stage_weights(mW, loop.n0, kc, sW, stage, loop.rows, tid)
         cute.arch.cp_async_commit_group()
 
     @cute.jit
     def start_wgmma_loop(self, loops: list, p: int, tid: Int32):
-        """The first stages - 1 chunks of chunk loop p (none past the last loop): issued once
-        the loop before has finished with the staging buffers, before its epilogue."""
+        """The first `lead` chunks of chunk loop p (none past the last loop): issued once the
+        loop before has finished with the staging buffers, before its epilogue."""
         if cutlass.const_expr(p < len(loops)):
-            for kc in cutlass.range_constexpr(self.lead(loops[p])):
+            for kc in cutlass.range_constexpr(loops[p].lead):
                 self.issue_wgmma_chunk(loops[p], Int32(kc), tid)
-
-    @staticmethod
-    def lead(loop: tuple) -> int:
-        """Chunks of a loop in flight by cp.async ahead of the one multiplied: its stages less
-        the one multiplied and the groups left in flight in the tensor cores."""
-        return loop[5] - 1 - loop[6]
 
     @cute.jit
     def run_wgmma_loop(self, loops: list, p: int, tid: Int32, acc: cute.Tensor, mma_chunk):
@@ -1067,21 +1082,21 @@ class RowPass:
         `in_flight` groups are left. With one left (the resident-A products) the tensor
         cores have the next group before the last one ends, for one stage less of loads in
         flight; z's A is a register fragment rebuilt every chunk, so its loop waits for
-        each group (in_flight 0). A loop at run time, not unrolled: unrolled, the four products' loops made the
-        kernel ~110 KB of code, and a fifth of its time went to instruction fetch (ncu:
-        stall "no instruction"). Ends with a barrier (the stages are free) and the first
-        chunks of loop p + 1, so that they fly during this loop's epilogue."""
+        each group (in_flight 0). A loop at run time, not unrolled: unrolled, the four
+        products' loops made the kernel ~110 KB of code, and a fifth of its time went to
+        instruction fetch (ncu: stall "no instruction"). Ends with a barrier (the stages are
+        free) and the first chunks of loop p + 1, so that they fly during this loop's
+        epilogue."""
         acc.fill(0.0)
-        chunks, stages, in_flight = loops[p][4], loops[p][5], loops[p][6]
-        lead = self.lead(loops[p])
-        for kc in cutlass.range(chunks, unroll=1):
-            cute.arch.cp_async_wait_group(lead - 1)
+        loop = loops[p]
+        for kc in cutlass.range(loop.chunks, unroll=1):
+            cute.arch.cp_async_wait_group(loop.lead - 1)
             _wgmma.publish()
             cute.arch.barrier()
-            self.issue_wgmma_chunk(loops[p], kc + lead, tid)
-            mma_chunk(kc, kc % stages)
-            warpgroup.wait_group(in_flight)
-        if cutlass.const_expr(in_flight > 0):
+            self.issue_wgmma_chunk(loop, kc + loop.lead, tid)
+            mma_chunk(kc, kc % loop.stages)
+            warpgroup.wait_group(loop.in_flight)
+        if cutlass.const_expr(loop.in_flight > 0):
             warpgroup.wait_group(0)
         cute.arch.barrier()
         self.start_wgmma_loop(loops, p + 1, tid)
@@ -1090,21 +1105,19 @@ class RowPass:
                     mW2tv: cute.Tensor, mW1stv: cute.Tensor, batch: Int32, row0: Int32, sS3: cute.Tensor,
                     sWhi: cute.Tensor, sWlo: cute.Tensor, sWp: cute.Tensor, sWh: cute.Tensor,
                     sWf: cute.Tensor) -> list:
-        """The chunk loops in the order they run, each (s's Operand or None, [(weights, their
-        staging)], first weight row, rows a chunk, chunks, stages, wgmma groups left in
-        flight): z's column tiles (s; W1s hi, lo), then pred's (W2), dh's (W2^T) and ds's
-        (W1s^T)."""
+        """The ChunkLoops in the order they run: z's column tiles (s; W1s hi, lo), then
+        pred's (W2), dh's (W2^T) and ds's (W1s^T)."""
         plan, f, h = self.plan, self.f, self.h
         s_op = Operand(mS, batch, row0, 0, f // 4, ROW_BLOCK_WGMMA, CHUNK // 4, 4, False, sS3, None,
                        threads=self.threads)
         zs, ps = plan.Z_STAGES, plan.PRODUCT_STAGES
-        loops = [(s_op, [(mW1hv, sWhi), (mW1lv, sWlo)], nt * plan.z_tile, plan.z_tile, f // CHUNK, zs, 0)
+        loops = [ChunkLoop(s_op, [(mW1hv, sWhi), (mW1lv, sWlo)], nt * plan.z_tile, plan.z_tile, f // CHUNK, zs, 0)
                  for nt in range(h // plan.z_tile)]
-        loops += [(None, [(mW2v, sWp)], nt * plan.pred_tile, plan.pred_tile, h // CHUNK, ps, 1)
+        loops += [ChunkLoop(None, [(mW2v, sWp)], nt * plan.pred_tile, plan.pred_tile, h // CHUNK, ps, 1)
                   for nt in range(f // plan.pred_tile)]
-        loops += [(None, [(mW2tv, sWh)], nt * plan.h_tile, plan.h_tile, f // CHUNK, ps, 1)
+        loops += [ChunkLoop(None, [(mW2tv, sWh)], nt * plan.h_tile, plan.h_tile, f // CHUNK, ps, 1)
                   for nt in range(h // plan.h_tile)]
-        loops += [(None, [(mW1stv, sWf)], nt * plan.f_tile, plan.f_tile, h // CHUNK, ps, 1)
+        loops += [ChunkLoop(None, [(mW1stv, sWf)], nt * plan.f_tile, plan.f_tile, h // CHUNK, ps, 1)
                   for nt in range(f // plan.f_tile)]
         return loops
 
