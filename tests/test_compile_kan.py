@@ -50,16 +50,38 @@ def test_tf32_backward_mma_counts_and_features_computed_once(ptx):
 
 
 def test_tf32_backward_reduces_the_batch_in_the_same_launch(ptx):
-    # One kernel; its only atomics are two integer ticket draws (the group's, relaxed after a
-    # release fence; the block's final, acq_rel), plus one acquire fence of the group
-    # finisher; no float atomics, so the fixed-order sums are bit-identical. Nothing goes to
-    # local memory, and no programmatic dependent launch is left to wait for.
-    text = ptx["kan_backward_tf32"]
+    # Where the grid is larger than the SMs: one kernel; its only atomics are two integer
+    # ticket draws (the group's, relaxed after a release fence; the block's final, acq_rel),
+    # plus one acquire fence of the group finisher; no float atomics, so the fixed-order sums
+    # are bit-identical. Nothing goes to local memory, and no programmatic dependent launch is
+    # left to wait for.
+    text = ptx["kan_backward_tf32_two_level"]
     assert text.count(".entry") == 1
     assert re.findall(r"\b(?:atom|red)\.[\w.]+", text) == ["atom.global.add.u32", "atom.global.acq_rel.add.u32"]
     assert text.count("fence.acq_rel.gpu") == 3
     assert not re.search(r"\b(ld|st)\.local", text)
     assert "griddepcontrol" not in text
+
+
+def test_tf32_backward_spread_finish_meets_at_one_counter_a_block(ptx):
+    # The defaults on an H200 (128 CTAs): each CTA arrives at its block's counter (release
+    # fence, acq_rel add), waits for the others with acquire loads, sums its slice of the
+    # block's rows and adds the parts of each vector by a 3-level butterfly of float4s; one
+    # relaxed add counts it out. No float atomics, nothing in local memory.
+    text = ptx["kan_backward_tf32"]
+    assert text.count(".entry") == 1
+    assert re.findall(r"\b(?:atom|red)\.[\w.]+", text) == ["atom.global.acq_rel.add.u32", "atom.global.add.u32"]
+    assert text.count("ld.acquire.gpu") == 1
+    assert text.count("fence.acq_rel.gpu") == 2
+    assert len(re.findall(r"shfl\.sync\.bfly\.b32", text)) == 3 * 4
+    assert not re.search(r"\b(ld|st)\.local", text)
+
+
+def test_tf32_backward_spreads_its_finish_where_the_grid_fits_the_sms():
+    k = kan.KanBackwardTf32(32, 32, 8)
+    assert kan.spreads(*kan.reduction_grid(8192, k.blocks, k.rows)[:1], k.blocks, 132)
+    assert kan.spreads(33, 4, 132) and not kan.spreads(34, 4, 132)
+    assert not kan.spreads(*kan.reduction_grid(65537, k.blocks, k.rows)[:1], k.blocks, 132)
 
 
 def test_tf32_backward_grid_and_reduction_levels():

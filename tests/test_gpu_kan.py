@@ -13,8 +13,11 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 # (B, I, O, G): defaults, batch 1 / 7 / around CTA multiples, other widths and grids (the last:
-# the TF32 backward's 16-row warps with several groups of chunks).
+# the TF32 backward's 16-row warps, spread over 66 CTAs). On an H200 (132 SMs) the TF32
+# backward's finish is spread up to B = 8448 (33 chunks of 256 rows x 4 blocks), whose slices
+# take 1, 2, 4 or 8 parts a vector at 4, 8, 16 and 32 chunks; two-level from 8449 on.
 SIZES = [(8192, 32, 32, 8), (1, 32, 32, 8), (7, 32, 32, 8), (8191, 32, 32, 8), (65537, 32, 32, 8),
+         (1000, 32, 32, 8), (2000, 32, 32, 8), (4000, 32, 32, 8), (8448, 32, 32, 8), (8449, 32, 32, 8),
          (100, 5, 6, 3), (50, 16, 48, 12), (129, 1, 2, 2), (300, 64, 16, 4), (4097, 16, 48, 12)]
 
 
@@ -48,9 +51,10 @@ def test_backward_matches_float64_reference(rng, B, I, O, G, precision):
 
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
-def test_bit_identical_over_10_runs(rng, precision):
-    inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, 65537, 32, 32, 8).items()}
-    dy = cp.asarray(rng.standard_normal((65537, 32), dtype=np.float32))
+@pytest.mark.parametrize("B", [8192, 65537])  # the TF32 backward's two finishes
+def test_bit_identical_over_10_runs(rng, precision, B):
+    inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, B, 32, 32, 8).items()}
+    dy = cp.asarray(rng.standard_normal((B, 32), dtype=np.float32))
     y0 = foxcute.kan.forward(**inputs, backend="cute", precision=precision).get()
     g0 = [g.get() for g in foxcute.kan.backward(dy, **inputs, backend="cute", precision=precision)]
     for _ in range(9):
@@ -160,11 +164,12 @@ def test_grad_reduce_adds_every_row_once_into_place(rows, O, I, G):
     np.testing.assert_array_equal(out[layout.dwb_at:], dWb.astype(np.float32).ravel())
 
 
-@pytest.mark.parametrize("B,I,O,G", [(65537, 32, 32, 8), (4097, 16, 48, 12)])
+@pytest.mark.parametrize("B,I,O,G", [(65537, 32, 32, 8), (4097, 16, 48, 12), (8192, 32, 32, 8)])
 def test_tf32_backward_leaves_its_tickets_at_zero(rng, B, I, O, G):
     # The one-launch TF32 backward counts finished CTAs on tickets from the shared pool
-    # (several groups per input block at these sizes); its finishers must reset them, or the
-    # launch that next gets that pool slot would see a wrong count.
+    # (two-level: several groups per input block at 65537; spread: one counter a block, at
+    # the others); its finishers must reset them, or the launch that next gets that pool slot
+    # would see a wrong count.
     from foxcute.kernels import _cute
 
     inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, B, I, O, G).items()}

@@ -130,6 +130,43 @@ def take_ticket(mTicket: cute.Tensor, t: cutlass.Int32, tid: cutlass.Int32, sTic
     return sTicket[0]
 
 
+# Arrive, wait, depart: a counter that CTAs of one launch meet at. Waiting completes only if
+# every counted CTA gets to run while the others wait: a cooperative launch guarantees it (the
+# KAN backward's); KMajorWeightGrad relies on in-order dispatch instead (see it).
+@cute.jit
+def arrive(mCounters: cute.Tensor, i: cutlass.Int32, tid: cutlass.Int32) -> cutlass.Int32:
+    """Publish this CTA's global writes and count it in at counter i. Returns (to thread 0,
+    0 to the others) the count so far, this CTA included: wait_for_arrivals starts from it."""
+    cute.arch.fence_acq_rel_gpu()
+    cute.arch.sync_threads()
+    arrived = cutlass.Int32(0)
+    if tid == 0:
+        arrived = cute.arch.atomic_add(mCounters.iterator + i, cutlass.Int32(1), sem="acq_rel", scope="gpu") + 1
+    return arrived
+
+
+@cute.jit
+def wait_for_arrivals(mCounters: cute.Tensor, i: cutlass.Int32, arrived: cutlass.Int32,
+                      count: cutlass.Int32, tid: cutlass.Int32):
+    """Wait until `count` CTAs have arrived at counter i; then every thread sees what they
+    published."""
+    if tid == 0:
+        while arrived < count:
+            arrived = cute.arch.load(mCounters.iterator + i, cutlass.Int32, sem="acquire", scope="gpu")
+    cute.arch.sync_threads()
+    cute.arch.fence_acq_rel_gpu()
+
+
+@cute.jit
+def depart(mCounters: cute.Tensor, i: cutlass.Int32, count: cutlass.Int32, tid: cutlass.Int32):
+    """Count this CTA, done with the others' writes, out of counter i: every CTA counts it up
+    once more, so the last of the `count` to leave (it draws 2 count - 1) knows that all
+    have passed their wait, and zeroes it for the next launch (or graph replay)."""
+    if tid == 0:
+        if cute.arch.atomic_add(mCounters.iterator + i, cutlass.Int32(1), sem="relaxed", scope="gpu") == 2 * count - 1:
+            mCounters[i] = cutlass.Int32(0)
+
+
 @cute.jit
 def sum_rows_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, count: cutlass.Int32,
                       tid: cutlass.Int32, acc: cute.Tensor, threads: cutlass.Constexpr[int],

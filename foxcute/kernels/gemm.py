@@ -844,9 +844,12 @@ class KMajorWeightGrad:
     is freed by CTAs that finish (whole tiles, or kernels beside this one that never wait
     on it), so every tile completes. That holds for one launch at a time and for concurrent
     launches of this kernel on other streams while their partly resident tiles cannot fill
-    the SMs between them (31 CTAs a launch at the defaults: five at once could); a
-    cooperative launch would guarantee it outright, but is not yet checked in a captured
-    CUDA graph.
+    the SMs between them (31 CTAs a launch at the defaults: five at once could). A
+    cooperative launch would guarantee it outright; measured (H200, one call each, branch
+    wip/coop-finish): it works in captured graphs and makes curiosity's layer faster alone
+    (foxcute.compare 51.8-52.0 -> 48.6-49.1 us), but the two-lane step slower (255 -> 264
+    us: the launch waits for room for all its CTAs while the side lane's column sums hold
+    the SMs), so it is not taken.
     The counter, counted up again after each finish, is zeroed by the tile's last CTA.
     Measured (H200, foxcute.compare of curiosity's layer, one call, 3 rounds): 57.8-58.0 us
     with the 64 x 64 tiles of one warpgroup and the last CTA of a tile summing its 8 partials
@@ -1049,15 +1052,7 @@ class KMajorWeightGrad:
             e = (half * self.HALF + coord[i][0]) * self.bn + coord[i][1]
             store_pair(mWork[row, None], e, acc[i], acc[i + 1])
         # ... published; then wait until every split of the tile has published its own.
-        cute.arch.fence_acq_rel_gpu()
-        cute.arch.sync_threads()
-        counter = mTicket.iterator + tile
-        if tid == 0:
-            arrived = cute.arch.atomic_add(counter, Int32(1), sem="acq_rel", scope="gpu") + 1
-            while arrived < splits:
-                arrived = cute.arch.load(counter, Int32, sem="acquire", scope="gpu")
-        cute.arch.sync_threads()
-        cute.arch.fence_acq_rel_gpu()
+        _cute.wait_for_arrivals(mTicket, tile, _cute.arrive(mTicket, tile, tid), splits, tid)
 
         # Split `split` finishes its slice of the tile: float4 vectors [first, last), each the
         # sum of the tile's partials in split order.
@@ -1082,11 +1077,7 @@ class KMajorWeightGrad:
                 c = n0 + vec * 4 % self.bn + v
                 if r < cute.size(mD, mode=[0]) and c < cute.size(mD, mode=[1]):
                     mD[r, c] = total[v]
-        if tid == 0:
-            # the tile's last CTA past its wait zeroes the counter for the next launch (and
-            # graph replay): every CTA of the tile counts it up once more when done with it
-            if cute.arch.atomic_add(counter, Int32(1), sem="relaxed", scope="gpu") == 2 * splits - 1:
-                mTicket[tile] = Int32(0)
+        _cute.depart(mTicket, tile, splits, tid)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -68,9 +68,20 @@ tf32 backward: ONE launch, the batch reduction included (KanBackwardTf32).
   layer takes 7.43 us (run 20261130T011856Z, 10.15 at 8192; a graph replay of one trivial
   kernel 2.25 us): most of its time does not scale with the batch.
   Considered and not taken: a cluster/DSMEM first level (fewer round trips, but 8-CTA
-  clusters at one CTA per SM must fit the GPCs, unverifiable here), finishers that spin on
-  other CTAs (a forward-progress assumption), one finish level (295 KB through one SM,
-  ~2.3 us at 64 B/clk and 19 us at B = 65537).
+  clusters at one CTA per SM must fit the GPCs, unverifiable here), one finish level on one
+  SM (295 KB through it, ~2.3 us at 64 B/clk and 19 us at B = 65537).
+  Then, where the grid is at most one CTA an SM (spreads(): B <= 8448 at I = 32 on an H200,
+  the defaults included), one level spread over every CTA instead: each stores its partial
+  row and arrives at its block's counter before phase (b), waits after it until all the
+  block's chunks have arrived, and sums one slice of the block's row over the chunks in
+  order (finish_slice: at the defaults 18 float4 vectors, 8 lanes a vector summing 4 rows
+  each, then a butterfly), so no CTA reads more than ~9 KB and no second ticket round trip
+  follows the first. Launched cooperative, so the wait is sure to complete whatever runs
+  beside it. Predicted ~1-1.5 us (two of the four L2 round trips after phase (b)); measured
+  (H200, foxcute.compare, one call, 2-3 rounds each, GPU check scripts): the layer 9.74-9.88
+  -> 9.51-9.61 us, and 9.84-9.92 -> 9.54-9.62 in a second machine's call: a third of the
+  prediction. The cooperative launch itself cost nothing measurable (9.42-9.61 us without),
+  nor did the training step notice it (step A/B, one call: 255.4 us against 254.6-255.7).
 """
 
 from __future__ import annotations
@@ -109,6 +120,7 @@ MAX_PHASE_A_ACC = 72  # phase (a) accumulator registers of a lane (all G+1 tiles
 MAX_FEATURES_AND_ACC = 152  # ... plus the held features (8*(G+1)): ptxas stays within 255 registers
 MAX_REDUCE_SMEM = 80 * 1024  # phase (a): the 8 warps' tiles of one round, summed in warp order
 SUM_LOADS_IN_FLIGHT = 24  # float4 loads a thread issues together in the finishers' sums
+SLICE_LOADS = 8  # ... in the spread finish's runs (at most 17 rows: 132 chunks in 8 parts)
 MAX_TICKETS = _cute.TICKETS_PER_LAUNCH
 GAUSS_CHAIN = 4  # basis functions computed from one exp start by the product recurrence
 U_CLAMP = 10.0  # (x - mu_0)/delta clamped to [-U_CLAMP, G-1+U_CLAMP]: every phi < exp(-100) there
@@ -553,6 +565,13 @@ def reduction_grid(batch: int, blocks: int, rows: int) -> tuple[int, int, int]:
     return chunks, group_size, _ceil(chunks, group_size)
 
 
+def spreads(chunks: int, blocks: int, sms: int) -> bool:
+    """Whether the TF32 backward finishes in one level, spread over all its CTAs (see
+    KanBackwardTf32.finish_slice): where its grid is at most one CTA an SM, so that the
+    cooperative launch that every CTA's wait for its block needs can always be resident."""
+    return chunks * blocks <= sms
+
+
 def _computed_once(x: Float32) -> Float32:
     """x through an opaque move: LLVM otherwise recomputes the basis functions' exp chains
     from u in phase (b) instead of keeping the values (seen in the PTX: 76 ex2 for 40), and
@@ -592,8 +611,9 @@ class KanBackwardTf32(KanTf32Config):
     Inside each 8-wide K step lane t supplies physical positions 2t, 2t+1 as logical k = t,
     t+4 for both operands (a sum does not care about its order): 64-bit fragment loads."""
 
-    def __init__(self, I: int, O: int, G: int, rows_of_a_warp: int | None = None):
+    def __init__(self, I: int, O: int, G: int, rows_of_a_warp: int | None = None, spread: bool = False):
         super().__init__(I, O, G)
+        self.spread = spread  # the one-level finish (see finish_slice); else two ticket levels
         self.warp_rows = rows_of_a_warp or warp_rows(I, O, G)
         self.xv = self.warp_rows // 4  # x-values of a lane
         self.rows = BWD_WARPS * self.warp_rows  # rows of a CTA (a chunk)
@@ -635,14 +655,14 @@ class KanBackwardTf32(KanTf32Config):
         mWb = cute.make_tensor(wb_ptr, cute.make_layout((O, I, 1), stride=(I, 1, 1)))
         mDx = cute.make_tensor(dx_ptr, cute.make_layout((batch, I), stride=(I, 1)))
         mSums = cute.make_tensor(sums_ptr, cute.make_layout(self.sums_len))
-        # Block j's rows: its chunks' partial rows, then its group rows.
+        # Block j's rows: its chunks' partial rows, then (two levels) its group rows.
         mWork = cute.make_tensor(work_ptr, cute.make_layout(
             (self.blocks * (num_chunks + num_groups), self.row_vecs, 4), stride=(self.row_len, 4, 1)))
-        # Block j's tickets: one per group, then the final one.
+        # Block j's tickets: one per group, then the final one (spread: its one counter).
         mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(self.blocks * (num_groups + 1)))
         self.kernel(mDy, mX, mC, mWb, mDx, mSums, mWork, mTicket, batch, num_chunks, group_size,
                     num_groups).launch(grid=[num_chunks, self.blocks, 1], block=[BWD_THREADS, 1, 1],
-                                       stream=stream)
+                                       stream=stream, cooperative=self.spread)
 
     @cute.kernel
     def kernel(self, mDy: cute.Tensor, mX: cute.Tensor, mC: cute.Tensor, mWb: cute.Tensor,
@@ -686,66 +706,113 @@ class KanBackwardTf32(KanTf32Config):
         # 2. Phase (a): the CTA's dWcat partial row, a_tiles feature tiles per round.
         work_row = blk * (num_chunks + num_groups) + chunk
         self.phase_a(phi, sDy, sRed, mWork, work_row, warp, g, t, tid)
-
-        # 3. Draw the group ticket (CUTLASS's semaphore release: the barrier orders every
-        #    thread's partial-row stores before thread 0's gpu-scope fence, then a relaxed
-        #    atomic). Its result is first read after phase (b), so the round trip is hidden.
-        cute.arch.barrier()
-        group = chunk // group_size
-        ticket_at = blk * (num_groups + 1) + group
-        ticket = Int32(0)
-        if tid == 0:
-            cute.arch.fence_acq_rel_gpu()
-            ticket = cute.arch.atomic_add(mTicket.iterator + ticket_at, Int32(1), sem="relaxed", scope="gpu")
-
-        # 4. Phase (b): dx of the lane's x-values. The group's last CTA (its relaxed atomic read
-        #    the count members-1) acquires the members' rows with a gpu-scope fence before its
-        #    dx stores: with no store of its own pending, that fence does not wait on any.
-        dx = self.phase_b(phi, uc, dsilu, sW, sDy, warp, g, t)
-        group_first = group * group_size
-        members = cutlass.min(group_size, num_chunks - group_first)
-        if tid == 0:
-            finisher = Int32(0)
-            if ticket == members - 1:
+        if cutlass.const_expr(self.spread):
+            # 3-5 spread (num_groups = 0): arrive at the block's counter, phase (b), wait for the
+            # block's other chunks, sum this CTA's slice of the block's rows.
+            arrived = _cute.arrive(mTicket, blk, tid)
+            self.store_dx(mDx, self.phase_b(phi, uc, dsilu, sW, sDy, warp, g, t), warp_first, g, t, blk, batch)
+            _cute.wait_for_arrivals(mTicket, blk, arrived, num_chunks, tid)
+            self.finish_slice(mWork, mSums, blk * (num_chunks + num_groups), num_chunks, chunk, tid, blk)
+            _cute.depart(mTicket, blk, num_chunks, tid)
+        else:
+            # 3. Draw the group ticket (CUTLASS's semaphore release: the barrier orders every
+            #    thread's partial-row stores before thread 0's gpu-scope fence, then a relaxed
+            #    atomic). Its result is first read after phase (b), so the round trip is hidden.
+            cute.arch.barrier()
+            group = chunk // group_size
+            ticket_at = blk * (num_groups + 1) + group
+            ticket = Int32(0)
+            if tid == 0:
                 cute.arch.fence_acq_rel_gpu()
-                finisher = Int32(1)
-            sTicket[0] = finisher
+                ticket = cute.arch.atomic_add(mTicket.iterator + ticket_at, Int32(1), sem="relaxed", scope="gpu")
+
+            # 4. Phase (b): dx of the lane's x-values. The group's last CTA (its relaxed atomic read
+            #    the count members-1) acquires the members' rows with a gpu-scope fence before its
+            #    dx stores: with no store of its own pending, that fence does not wait on any.
+            dx = self.phase_b(phi, uc, dsilu, sW, sDy, warp, g, t)
+            group_first = group * group_size
+            members = cutlass.min(group_size, num_chunks - group_first)
+            if tid == 0:
+                finisher = Int32(0)
+                if ticket == members - 1:
+                    cute.arch.fence_acq_rel_gpu()
+                    finisher = Int32(1)
+                sTicket[0] = finisher
+            self.store_dx(mDx, dx, warp_first, g, t, blk, batch)
+
+            # 5. The group's last CTA sums the group's rows in chunk order; with several groups the
+            #    last group finisher of the block sums the group rows in group order. Finishers
+            #    reset their tickets for the next launch.
+            cute.arch.barrier()
+            if sTicket[0] == 1:
+                block_first = blk * (num_chunks + num_groups)
+                acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
+                _cute.sum_rows_in_order(mWork, block_first + group_first, members, tid, acc, BWD_THREADS,
+                                        self.row_vecs, self.rows_per_step)
+                if num_groups == 1:
+                    self.write_out(mSums, acc, tid, blk)
+                else:
+                    for j in cutlass.range_constexpr(self.vecs_per_thread):
+                        vec = tid + j * BWD_THREADS
+                        if vec < self.row_vecs:
+                            mWork[block_first + num_chunks + group, vec, None].store(acc[j, None].load())
+                    cute.arch.barrier()
+                    final_at = blk * (num_groups + 1) + num_groups
+                    if tid == 0:
+                        cute.arch.fence_acq_rel_gpu()
+                        sTicket[0] = cute.arch.atomic_add(mTicket.iterator + final_at, Int32(1),
+                                                          sem="acq_rel", scope="gpu")
+                    cute.arch.barrier()
+                    if sTicket[0] == num_groups - 1:
+                        _cute.sum_rows_in_order(mWork, block_first + num_chunks, num_groups, tid, acc, BWD_THREADS,
+                                                self.row_vecs, self.rows_per_step)
+                        self.write_out(mSums, acc, tid, blk)
+                        if tid == 0:
+                            mTicket[final_at] = Int32(0)  # ready for the next launch / replay
+                if tid == 0:
+                    mTicket[ticket_at] = Int32(0)  # every member has drawn: safe to reset
+
+    @cute.jit
+    def store_dx(self, mDx: cute.Tensor, dx: list, warp_first: Int32, g: Int32, t: Int32, blk: Int32,
+                 batch: Int32):
         for k in cutlass.range_constexpr(self.xv):
             row = warp_first + 8 * (k // 2) + 2 * t + k % 2
-            if row < batch and blk * INPUT_BLOCK + g < I:
+            if row < batch and blk * INPUT_BLOCK + g < self.I:
                 mDx[row, blk * INPUT_BLOCK + g] = dx[k]
 
-        # 5. The group's last CTA sums the group's rows in chunk order; with several groups the
-        #    last group finisher of the block sums the group rows in group order. Finishers
-        #    reset their tickets for the next launch.
-        cute.arch.barrier()
-        if sTicket[0] == 1:
-            block_first = blk * (num_chunks + num_groups)
-            acc = cute.make_rmem_tensor((self.vecs_per_thread, 4), Float32)
-            _cute.sum_rows_in_order(mWork, block_first + group_first, members, tid, acc, BWD_THREADS,
-                                    self.row_vecs, self.rows_per_step)
-            if num_groups == 1:
-                self.write_out(mSums, acc, tid, blk)
-            else:
-                for j in cutlass.range_constexpr(self.vecs_per_thread):
-                    vec = tid + j * BWD_THREADS
-                    if vec < self.row_vecs:
-                        mWork[block_first + num_chunks + group, vec, None].store(acc[j, None].load())
-                cute.arch.barrier()
-                final_at = blk * (num_groups + 1) + num_groups
-                if tid == 0:
-                    cute.arch.fence_acq_rel_gpu()
-                    sTicket[0] = cute.arch.atomic_add(mTicket.iterator + final_at, Int32(1),
-                                                      sem="acq_rel", scope="gpu")
-                cute.arch.barrier()
-                if sTicket[0] == num_groups - 1:
-                    _cute.sum_rows_in_order(mWork, block_first + num_chunks, num_groups, tid, acc, BWD_THREADS,
-                                            self.row_vecs, self.rows_per_step)
-                    self.write_out(mSums, acc, tid, blk)
-                    if tid == 0:
-                        mTicket[final_at] = Int32(0)  # ready for the next launch / replay
-            if tid == 0:
-                mTicket[ticket_at] = Int32(0)  # every member has drawn: safe to reset
+    @cute.jit
+    def finish_slice(self, mWork: cute.Tensor, mSums: cute.Tensor, first_row: Int32, num_chunks: Int32,
+                     chunk: Int32, tid: Int32, blk: Int32):
+        """The spread finish: CTA `chunk` of block blk writes the totals of its slice of the
+        block's partial row, float4 vectors [chunk * per_slice, ...) of rows first_row ..
+        first_row + num_chunks - 1, each the sum of the rows in chunk order. `parts` adjacent
+        lanes take a vector, lane p summing the p-th run of the rows in order (all its loads in
+        flight at once where the run is at most SLICE_LOADS rows), then the runs are
+        added by a butterfly over the parts, a fixed tree (x + y and y + x are the same bits).
+        parts (8, 4, 2, 1) is the most that keeps a slice within one pass of the CTA: at the
+        defaults 32 chunks, 18 vectors a slice, 8 parts of 4 rows."""
+        per_slice = (self.row_vecs + num_chunks - 1) // num_chunks
+        first = chunk * per_slice
+        last = cutlass.min(first + per_slice, self.row_vecs)
+        parts = Int32(1)
+        for p in (2, 4, 8):
+            if per_slice * p <= BWD_THREADS:
+                parts = Int32(p)
+        slots = BWD_THREADS // parts
+        part = tid % parts
+        run = (num_chunks + parts - 1) // parts
+        run_first = cutlass.min(part * run, num_chunks)
+        acc = cute.make_rmem_tensor((1, 4), Float32)
+        for pss in cutlass.range((per_slice + slots - 1) // slots, unroll=1):
+            vec = first + pss * slots + tid // parts
+            count = cutlass.select_(vec < last, cutlass.min(run, num_chunks - run_first), Int32(0))
+            _cute.sum_rows_in_order(mWork, first_row + run_first, count, vec, acc, 1, self.row_vecs, SLICE_LOADS)
+            for offset in (1, 2, 4):
+                if offset < parts:
+                    for e in cutlass.range_constexpr(4):
+                        acc[0, e] = acc[0, e] + cute.arch.shuffle_sync_bfly(acc[0, e], offset=offset)
+            if part == 0 and vec < last:
+                self.write_vector(mSums, acc[0, None], vec, blk)
 
     @cute.jit
     def load_dy(self, mDy: cute.Tensor, warp_first: Int32, lane: Int32, batch: Int32) -> cute.Tensor:
@@ -972,20 +1039,24 @@ class KanBackwardTf32(KanTf32Config):
     def write_out(self, mSums: cute.Tensor, acc: cute.Tensor, tid: Int32, blk: Int32):
         """Block blk's totals to their places in sums: entry o*KB8 + gb*8 + i is dC[o, (8 blk
         + i)*G + gb] (gb < G) or dWb[o, 8 blk + i] (gb = G); padding dropped."""
-        I, O, G = self.I, self.O, self.G
         for v in cutlass.range_constexpr(self.vecs_per_thread):
-            vec = tid + v * BWD_THREADS
-            for e in cutlass.range_constexpr(4):
-                entry = vec * 4 + e
-                o = entry // self.KB8
-                f = entry - o * self.KB8
-                gb = f // INPUT_BLOCK
-                i = blk * INPUT_BLOCK + f - gb * INPUT_BLOCK
-                if vec < self.row_vecs and o < O and i < I:
-                    place = self.dwb_at + o * I + i
-                    if gb < G:
-                        place = o * (I * G) + i * G + gb
-                    mSums[place] = acc[v, e]
+            self.write_vector(mSums, acc[v, None], tid + v * BWD_THREADS, blk)
+
+    @cute.jit
+    def write_vector(self, mSums: cute.Tensor, total: cute.Tensor, vec: Int32, blk: Int32):
+        """Float4 vector `vec` of block blk's totals to its places in sums (see write_out)."""
+        I, O, G = self.I, self.O, self.G
+        for e in cutlass.range_constexpr(4):
+            entry = vec * 4 + e
+            o = entry // self.KB8
+            f = entry - o * self.KB8
+            gb = f // INPUT_BLOCK
+            i = blk * INPUT_BLOCK + f - gb * INPUT_BLOCK
+            if vec < self.row_vecs and o < O and i < I:
+                place = self.dwb_at + o * I + i
+                if gb < G:
+                    place = o * (I * G) + i * G + gb
+                mSums[place] = total[e]
 
 
 class KanGradReduce:
@@ -1064,15 +1135,16 @@ _KERNELS = {("forward", "fp32"): KanForwardFp32, ("backward", "fp32"): KanBackwa
             ("forward", "tf32"): KanForwardTf32, ("backward", "tf32"): KanBackwardTf32}
 
 
-def _kernel_and_args(kind: str, I: int, O: int, G: int, precision: str) -> tuple[Any, tuple]:
-    """The kernel object and the (fake) arguments it compiles with."""
+def _kernel_and_args(kind: str, I: int, O: int, G: int, precision: str, spread: bool = False) -> tuple[Any, tuple]:
+    """The kernel object and the (fake) arguments it compiles with (spread: the TF32
+    backward's one-level finish)."""
     if (kind, precision) == ("backward", "tf32"):
         # dy, x, C, Wb, dx, sums, work, tickets; batch, chunks, group size, groups
         args = (*[_cute.fake_ptr() for _ in range(7)], _cute.fake_ptr(Int32),
                 *[Int32(1)] * 4, _cute.fake_stream())
-    else:
-        pointers = 4 if kind == "forward" else 6
-        args = (*[_cute.fake_ptr() for _ in range(pointers)], Int32(1), _cute.fake_stream())
+        return KanBackwardTf32(I, O, G, spread=spread), args
+    pointers = 4 if kind == "forward" else 6
+    args = (*[_cute.fake_ptr() for _ in range(pointers)], Int32(1), _cute.fake_stream())
     return _KERNELS[kind, precision](I, O, G), args
 
 
@@ -1085,11 +1157,11 @@ def _compile_reduce(layout: GradLayout, keep: bool = False) -> Any:
         KanGradReduce(layout), *_reduce_args(), keep=keep))
 
 
-def _compile(kind: str, I: int, O: int, G: int, precision: str, keep: bool = False) -> Any:
+def _compile(kind: str, I: int, O: int, G: int, precision: str, keep: bool = False, spread: bool = False) -> Any:
     def build():
-        kernel, args = _kernel_and_args(kind, I, O, G, precision)
+        kernel, args = _kernel_and_args(kind, I, O, G, precision, spread)
         return _cute.compile_kernel(kernel, *args, keep=keep)
-    return _compiled.get((kind, I, O, G, precision, keep), build)
+    return _compiled.get((kind, I, O, G, precision, keep, spread), build)
 
 
 @functools.lru_cache(maxsize=None)
@@ -1164,9 +1236,12 @@ def backward(dy, x, C, Wb, *, precision: str = "tf32"):
     if precision == "tf32":
         t = _tf32_backward(I, O, G)
         chunks, group_size, groups = reduction_grid(B, t.blocks, t.rows)
+        spread = spreads(chunks, t.blocks, _arrays.sm_count(x))
+        if spread:
+            group_size, groups = chunks, 0
         work = _arrays.empty(x, (t.blocks * (chunks + groups) * t.row_len,))  # fully rewritten
         tickets = _cute.tickets(x, t.blocks * (groups + 1))
-        _compile("backward", I, O, G, precision)(
+        _compile("backward", I, O, G, precision, spread=spread)(
             ptr(dy), ptr(x), ptr(C), ptr(Wb), ptr(dx), ptr(sums), ptr(work), ptr(tickets, Int32),
             Int32(B), Int32(chunks), Int32(group_size), Int32(groups), _cute.current_stream(x))
     else:
@@ -1186,19 +1261,25 @@ DEFAULTS = (32, 32, 8)  # I, O, G
 
 def kernels_for_ci() -> dict[str, tuple[Any, tuple]]:
     """{name: (kernel, compile arguments)} for each kernel at the defaults, and the TF32
-    backward with 16-row warps (many basis functions, several output tiles)."""
-    kernels = {f"kan_{kind}_{p}": _kernel_and_args(kind, *DEFAULTS, p)
+    backward with 16-row warps (many basis functions, several output tiles); the TF32
+    backward with both finishes (spread, as at the defaults on an H200; _two_level, where its
+    grid is larger than the SMs)."""
+    kernels = {f"kan_{kind}_{p}": _kernel_and_args(kind, *DEFAULTS, p, spread=True)
                for kind in ("forward", "backward") for p in ("tf32", "fp32")}
-    kernels["kan_backward_I16_O48_G12_tf32"] = _kernel_and_args("backward", 16, 48, 12, "tf32")
+    kernels["kan_backward_tf32_two_level"] = _kernel_and_args("backward", *DEFAULTS, "tf32")
+    kernels["kan_backward_I16_O48_G12_tf32"] = _kernel_and_args("backward", 16, 48, 12, "tf32", spread=True)
+    kernels["kan_backward_I16_O48_G12_tf32_two_level"] = _kernel_and_args("backward", 16, 48, 12, "tf32")
     I, O, G = DEFAULTS
     kernels["kan_grad_reduce"] = (KanGradReduce(GradLayout(O, I, G)), _reduce_args())  # fp32
     return kernels
 
 
 def compiled_for_ci() -> dict[str, Any]:
-    """Forward and backward of each precision at the defaults (I=32, O=32, G=8), PTX kept."""
-    compiled = {f"kan_{kind}_{p}": _compile(kind, *DEFAULTS, p, keep=True)
+    """Forward and backward of each precision at the defaults (I=32, O=32, G=8; the TF32
+    backward with both finishes), PTX kept."""
+    compiled = {f"kan_{kind}_{p}": _compile(kind, *DEFAULTS, p, keep=True, spread=True)
                 for kind in ("forward", "backward") for p in ("tf32", "fp32")}
+    compiled["kan_backward_tf32_two_level"] = _compile("backward", *DEFAULTS, "tf32", keep=True)
     I, O, G = DEFAULTS
     compiled["kan_grad_reduce"] = _compile_reduce(GradLayout(O, I, G), keep=True)  # fp32
     return compiled

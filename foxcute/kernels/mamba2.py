@@ -869,6 +869,14 @@ class FusedBackward(_TileCopies):
     the defaults). Measured (same H200 call, whole backward graph-replayed): 90.4-90.7 ->
     89.0 us; tests/test_gpu_mamba2.py -k fused passed; compute-sanitizer memcheck and
     racecheck clean at two multi-tile sizes (more tiles than CTAs).
+    Measured and not kept (branch wip/coop-finish, GPU check scripts): the column_sum launch
+    replaced by a finish in this kernel, its persistent CTAs meeting at one counter
+    (cooperative launch) and each summing a slice of the columns over the partial rows in
+    CTA order. Predicted ~-4..5 us (the column_sum is 6.9 us in the step breakdown); the
+    backward alone 89.5-89.8 -> 85.4-85.7 us, but the two-lane step 255 -> 276 us: the
+    cooperative launch waits until all its CTAs fit, which they do only once the main lane's
+    kernels have left the SMs. Without it, the wait could deadlock against
+    KMajorWeightGrad's (both partly resident, each waiting for its own missing CTAs).
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
