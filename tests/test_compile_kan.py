@@ -55,7 +55,7 @@ def test_tf32_backward_reduces_the_batch_in_the_same_launch(ptx):
     # plus one acquire fence of the group finisher; no float atomics, so the fixed-order sums
     # are bit-identical. Nothing goes to local memory, and no programmatic dependent launch is
     # left to wait for.
-    text = ptx["kan_backward_tf32_two_level"]
+    text = ptx["kan_backward_two_level_tf32"]
     assert text.count(".entry") == 1
     assert re.findall(r"\b(?:atom|red)\.[\w.]+", text) == ["atom.global.add.u32", "atom.global.acq_rel.add.u32"]
     assert text.count("fence.acq_rel.gpu") == 3

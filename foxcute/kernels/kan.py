@@ -1262,13 +1262,13 @@ DEFAULTS = (32, 32, 8)  # I, O, G
 def kernels_for_ci() -> dict[str, tuple[Any, tuple]]:
     """{name: (kernel, compile arguments)} for each kernel at the defaults, and the TF32
     backward with 16-row warps (many basis functions, several output tiles); the TF32
-    backward with both finishes (spread, as at the defaults on an H200; _two_level, where its
+    backward with both finishes (spread, as at the defaults on an H200; two_level, where its
     grid is larger than the SMs)."""
     kernels = {f"kan_{kind}_{p}": _kernel_and_args(kind, *DEFAULTS, p, spread=True)
                for kind in ("forward", "backward") for p in ("tf32", "fp32")}
-    kernels["kan_backward_tf32_two_level"] = _kernel_and_args("backward", *DEFAULTS, "tf32")
+    kernels["kan_backward_two_level_tf32"] = _kernel_and_args("backward", *DEFAULTS, "tf32")
     kernels["kan_backward_I16_O48_G12_tf32"] = _kernel_and_args("backward", 16, 48, 12, "tf32", spread=True)
-    kernels["kan_backward_I16_O48_G12_tf32_two_level"] = _kernel_and_args("backward", 16, 48, 12, "tf32")
+    kernels["kan_backward_I16_O48_G12_two_level_tf32"] = _kernel_and_args("backward", 16, 48, 12, "tf32")
     I, O, G = DEFAULTS
     kernels["kan_grad_reduce"] = (KanGradReduce(GradLayout(O, I, G)), _reduce_args())  # fp32
     return kernels
@@ -1279,7 +1279,7 @@ def compiled_for_ci() -> dict[str, Any]:
     backward with both finishes), PTX kept."""
     compiled = {f"kan_{kind}_{p}": _compile(kind, *DEFAULTS, p, keep=True, spread=True)
                 for kind in ("forward", "backward") for p in ("tf32", "fp32")}
-    compiled["kan_backward_tf32_two_level"] = _compile("backward", *DEFAULTS, "tf32", keep=True)
+    compiled["kan_backward_two_level_tf32"] = _compile("backward", *DEFAULTS, "tf32", keep=True)
     I, O, G = DEFAULTS
     compiled["kan_grad_reduce"] = _compile_reduce(GradLayout(O, I, G), keep=True)  # fp32
     return compiled
