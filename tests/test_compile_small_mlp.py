@@ -63,12 +63,13 @@ def test_no_atomics(ptx):
 
 
 def test_q_denoise_reduces_the_batch_in_the_same_launch(ptx):
-    # One kernel; its only atomics are the two integer ticket draws (group, then final), each
+    # Where the grid is larger than the SMs: one kernel; its only atomics are the two integer
+    # ticket draws (group, then final), each
     # after a gpu-scope fence publishing the CTA's partial row; no float atomics, so the
     # fixed-order sums are bit-identical. The finishers read the rows with coherent 128-bit
     # loads (a non-coherent .nc load could see stale rows written by other CTAs), one
     # LOADS_IN_FLIGHT batch per level, and nothing goes to local memory.
-    for name in ("q_denoise_A12_H24", "q_denoise_A5_H7"):
+    for name in ("q_denoise_A12_H24_two_level", "q_denoise_A5_H7_two_level"):
         text = ptx[name]
         assert text.count(".entry") == 1, name
         atomics = re.findall(r"\b(?:atom|red)\.[\w.]+", text)
@@ -77,6 +78,21 @@ def test_q_denoise_reduces_the_batch_in_the_same_launch(ptx):
         row_loads = re.findall(r"ld\.global[\w.]*\.(?:v4\.(?:f32|b32)|v2\.b64)", text)
         assert len(row_loads) == 2 * q_denoise.LOADS_IN_FLIGHT, (name, len(row_loads))
         assert not any(".nc" in load for load in row_loads), name
+        assert not re.search(r"\b(ld|st)\.local", text), name
+
+
+def test_q_denoise_spread_finish_meets_at_one_counter(ptx):
+    # Up to one CTA an SM (the defaults on an H200): each CTA arrives at one counter (release
+    # fence, acq_rel add), waits with acquire loads, sums its slice of the rows with coherent
+    # loads and adds each vector's parts by a 3-level butterfly of float4s; a relaxed add
+    # counts it out. No float atomics, nothing in local memory.
+    for name in ("q_denoise_A12_H24", "q_denoise_A5_H7"):
+        text = ptx[name]
+        assert text.count(".entry") == 1, name
+        assert re.findall(r"\b(?:atom|red)\.[\w.]+", text) == ["atom.global.acq_rel.add.u32", "atom.global.add.u32"], name
+        assert text.count("ld.acquire.gpu") == 1 and text.count("fence.acq_rel.gpu") == 2, name
+        assert len(re.findall(r"shfl\.sync\.bfly\.b32", text)) == 3 * 4, name
+        assert not re.search(r"ld\.global\.nc", text), name
         assert not re.search(r"\b(ld|st)\.local", text), name
 
 

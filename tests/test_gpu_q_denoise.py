@@ -14,8 +14,10 @@ cp = pytest.importorskip("cupy")
 
 NAMES = ("loss", "dW1", "db1", "dW2", "db2", "dq")
 # (B, A, H): defaults, batch 1 / 7 / one short of and one past a CTA multiple, other widths.
+# On an H200 (132 SMs) the finish is spread over the CTAs up to B = 8448 (132 CTAs of 64
+# samples), two-level from 8449 on.
 SIZES = [(8192, 12, 24), (1, 12, 24), (7, 12, 24), (8191, 12, 24), (65537, 12, 24),
-         (100, 5, 7), (333, 12, 40), (130, 32, 32), (65, 1, 1)]
+         (8448, 12, 24), (8449, 12, 24), (100, 5, 7), (333, 12, 40), (130, 32, 32), (65, 1, 1)]
 
 
 def random_inputs(rng, B, A, H):
@@ -50,14 +52,32 @@ def test_matches_float64_reference(rng, B, A, H, precision):
 
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])
-def test_bit_identical_over_10_runs(rng, precision):
-    inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, 65537, 12, 24).items()}
+@pytest.mark.parametrize("B", [8192, 65537])  # both finishes
+def test_bit_identical_over_10_runs(rng, precision, B):
+    inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, B, 12, 24).items()}
     first = [o.get() for o in flat(foxcute.q_denoise.loss_and_grads(**inputs, backend="cute",
                                                                      precision=precision))]
     for _ in range(9):
         again = flat(foxcute.q_denoise.loss_and_grads(**inputs, backend="cute", precision=precision))
         for name, a, b in zip(NAMES, again, first):
             assert np.array_equal(a.get(), b), name
+
+
+@pytest.mark.parametrize("B", [8192, 65537])
+def test_leaves_its_tickets_at_zero(rng, B):
+    # The finish counts CTAs on tickets from the shared pool (spread: one counter; two-level:
+    # one a group and the final one); they must be zero again after the launch, or the launch
+    # that next gets that pool slot would miscount.
+    from foxcute.kernels import _cute
+
+    inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, B, 12, 24).items()}
+    foxcute.q_denoise.loss_and_grads(**inputs, backend="cute")  # the pool exists now
+    pool = _cute._ticket_pools[("cupy", inputs["q"].device.id)]
+    for _ in range(3):
+        slot = pool[1]  # the slot this launch takes
+        foxcute.q_denoise.loss_and_grads(**inputs, backend="cute")
+        cp.cuda.Device().synchronize()
+        assert not cp.any(pool[0][_cute.TICKETS_PER_LAUNCH * slot:_cute.TICKETS_PER_LAUNCH * (slot + 1)])
 
 
 def test_torch_tensors_round_trip(rng):

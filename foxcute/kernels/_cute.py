@@ -192,6 +192,44 @@ def sum_rows_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, count: cutla
                 acc[v, None].store(acc[v, None].load() + rows[r, v, None].load())
 
 
+@cute.jit
+def slice_plan(row_vecs: cutlass.Constexpr[int], num_rows: cutlass.Int32, slice_index: cutlass.Int32,
+               threads: cutlass.Constexpr[int]):
+    """How a CTA sums slice `slice_index` of num_rows rows of row_vecs float4 vectors, one
+    slice a row (a spread finish, after wait_for_arrivals): (first, last) its vectors; parts
+    (8, 4, 2 or 1) adjacent lanes a vector, the most that keeps a slice within one pass of
+    the CTA's threads where it can; passes over the slice."""
+    per_slice = (row_vecs + num_rows - 1) // num_rows
+    first = slice_index * per_slice
+    last = cutlass.min(first + per_slice, row_vecs)
+    parts = cutlass.Int32(1)
+    for p in (2, 4, 8):
+        if per_slice * p <= threads:
+            parts = cutlass.Int32(p)
+    passes = (per_slice + threads // parts - 1) // (threads // parts)
+    return first, last, parts, passes
+
+
+@cute.jit
+def sum_vector_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, num_rows: cutlass.Int32,
+                        vec: cutlass.Int32, last: cutlass.Int32, parts: cutlass.Int32, tid: cutlass.Int32,
+                        acc: cute.Tensor, loads: cutlass.Constexpr[int]):
+    """acc[0, :] <- float4 vector vec (< last, else nothing is loaded) of rows first_row ..
+    first_row + num_rows - 1 of mRows [rows, vecs, 4], summed by `parts` adjacent lanes: lane
+    p adds the p-th run of the rows in order (`loads` rows' loads in flight at once), then
+    the runs are added by a butterfly over the parts, a fixed tree (x + y and y + x are the
+    same bits), so every lane of the group holds the same total. All lanes must call it."""
+    part = tid % parts
+    run = (num_rows + parts - 1) // parts
+    run_first = cutlass.min(part * run, num_rows)
+    count = cutlass.select_(vec < last, cutlass.min(run, num_rows - run_first), cutlass.Int32(0))
+    sum_rows_in_order(mRows, first_row + run_first, count, vec, acc, 1, cute.size(mRows, mode=[1]), loads)
+    for offset in (1, 2, 4):
+        if offset < parts:
+            for e in cutlass.range_constexpr(4):
+                acc[0, e] = acc[0, e] + cute.arch.shuffle_sync_bfly(acc[0, e], offset=offset)
+
+
 def ptxas_report(jit_fn: Callable, *args: Any) -> dict[str, int]:
     """Compile once more with ptxas' remarks on and return its resource report for the
     kernel: registers, stack frame and spill bytes (what CI checks: no spills)."""

@@ -784,34 +784,15 @@ class KanBackwardTf32(KanTf32Config):
     def finish_slice(self, mWork: cute.Tensor, mSums: cute.Tensor, first_row: Int32, num_chunks: Int32,
                      chunk: Int32, tid: Int32, blk: Int32):
         """The spread finish: CTA `chunk` of block blk writes the totals of its slice of the
-        block's partial row, float4 vectors [chunk * per_slice, ...) of rows first_row ..
-        first_row + num_chunks - 1, each the sum of the rows in chunk order. `parts` adjacent
-        lanes take a vector, lane p summing the p-th run of the rows in order (all its loads in
-        flight at once where the run is at most SLICE_LOADS rows), then the runs are
-        added by a butterfly over the parts, a fixed tree (x + y and y + x are the same bits).
-        parts (8, 4, 2, 1) is the most that keeps a slice within one pass of the CTA: at the
-        defaults 32 chunks, 18 vectors a slice, 8 parts of 4 rows."""
-        per_slice = (self.row_vecs + num_chunks - 1) // num_chunks
-        first = chunk * per_slice
-        last = cutlass.min(first + per_slice, self.row_vecs)
-        parts = Int32(1)
-        for p in (2, 4, 8):
-            if per_slice * p <= BWD_THREADS:
-                parts = Int32(p)
-        slots = BWD_THREADS // parts
-        part = tid % parts
-        run = (num_chunks + parts - 1) // parts
-        run_first = cutlass.min(part * run, num_chunks)
+        block's partial row (rows first_row .. first_row + num_chunks - 1), each summed over
+        the rows in chunk order (_cute.slice_plan, _cute.sum_vector_in_order: at the defaults
+        32 chunks, 18 vectors a slice, 8 lanes a vector summing 4 rows each)."""
+        first, last, parts, passes = _cute.slice_plan(self.row_vecs, num_chunks, chunk, BWD_THREADS)
         acc = cute.make_rmem_tensor((1, 4), Float32)
-        for pss in cutlass.range((per_slice + slots - 1) // slots, unroll=1):
-            vec = first + pss * slots + tid // parts
-            count = cutlass.select_(vec < last, cutlass.min(run, num_chunks - run_first), Int32(0))
-            _cute.sum_rows_in_order(mWork, first_row + run_first, count, vec, acc, 1, self.row_vecs, SLICE_LOADS)
-            for offset in (1, 2, 4):
-                if offset < parts:
-                    for e in cutlass.range_constexpr(4):
-                        acc[0, e] = acc[0, e] + cute.arch.shuffle_sync_bfly(acc[0, e], offset=offset)
-            if part == 0 and vec < last:
+        for pss in cutlass.range(passes, unroll=1):
+            vec = first + pss * (BWD_THREADS // parts) + tid // parts
+            _cute.sum_vector_in_order(mWork, first_row, num_chunks, vec, last, parts, tid, acc, SLICE_LOADS)
+            if tid % parts == 0 and vec < last:
                 self.write_vector(mSums, acc[0, None], vec, blk)
 
     @cute.jit

@@ -64,6 +64,7 @@ SAMPLES = 64  # samples per CTA: threads tid < SAMPLES run one each (see the mod
 # conflict-free.
 TABLE_STRIDE = SAMPLES + 4
 LOADS_IN_FLIGHT = 16  # float4 loads per thread issued together in the final sums
+SLICE_LOADS = 17  # ... in the spread finish (a lane's run: at most 132 CTAs' rows in 8 parts)
 MAX_GROUPS = _cute.TICKETS_PER_LAUNCH - 1  # one ticket per group plus the final one
 MAX_A = 32  # per-thread registers hold q, y, dy, dq (A each) and z1, h1, dh1 (H each)
 MAX_H = 64
@@ -90,8 +91,9 @@ def reduction_grid(batch: int) -> tuple[int, int, int]:
 
 
 class QDenoiseKernel:
-    def __init__(self, A: int, H: int):
+    def __init__(self, A: int, H: int, spread: bool = False):
         self.A, self.H = A, H
+        self.spread = spread  # the one-level finish over every CTA (see the module docstring)
         self.L = num_entries(A, H)
         self.L_pad = padded_entries(A, H)
         self.vecs = self.L_pad // 4  # float4 vectors per work row
@@ -122,13 +124,13 @@ class QDenoiseKernel:
         mW2 = cute.make_tensor(w2_ptr, cute.make_layout(A * H))
         mB2 = cute.make_tensor(b2_ptr, cute.make_layout(A))
         mOut = cute.make_tensor(out_ptr, cute.make_layout(self.L))
-        # Rows 0 .. num_ctas-1: the CTAs' partial sums; then one row per group.
+        # Rows 0 .. num_ctas-1: the CTAs' partial sums; then one row per group (none when spread).
         mWork = cute.make_tensor(work_ptr, cute.make_layout((num_ctas + num_groups, self.vecs, 4),
                                                             stride=(self.L_pad, 4, 1)))
         mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(num_groups + 1))
         self.kernel(mQ, mQt, mW1, mB1, mW2, mB2, mDq, mOut, mWork, mTicket, batch, num_ctas,
                     group_size, num_groups, inv_count).launch(
-            grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], stream=stream)
+            grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], stream=stream, cooperative=self.spread)
 
     @cute.kernel
     def kernel(self, mQ: cute.Tensor, mQt: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
@@ -211,7 +213,28 @@ class QDenoiseKernel:
             elif j < self.L_pad:
                 mWork[cta, j // 4, j % 4] = Float32(0.0)
 
-        # 4. Group level: the group's last CTA adds the group's rows in CTA order.
+        if cutlass.const_expr(self.spread):
+            # 4. Spread (num_groups = 0): every CTA meets the others at one counter, then sums
+            #    its slice of the row over all CTAs' rows in CTA order.
+            _cute.wait_for_arrivals(mTicket, 0, _cute.arrive(mTicket, 0, tid), num_ctas, tid)
+            first, last, parts, passes = _cute.slice_plan(self.vecs, num_ctas, cta, THREADS)
+            acc = cute.make_rmem_tensor((1, 4), Float32)
+            for pss in cutlass.range(passes, unroll=1):
+                vec = first + pss * (THREADS // parts) + tid // parts
+                _cute.sum_vector_in_order(mWork, 0, num_ctas, vec, last, parts, tid, acc, SLICE_LOADS)
+                if tid % parts == 0 and vec < last:
+                    for e in cutlass.range_constexpr(4):
+                        if vec * 4 + e < self.L:
+                            mOut[vec * 4 + e] = acc[0, e]
+            _cute.depart(mTicket, 0, num_ctas, tid)
+        else:
+            self.two_levels(mOut, mWork, mTicket, sTicket, cta, tid, num_ctas, group_size, num_groups)
+
+    @cute.jit
+    def two_levels(self, mOut: cute.Tensor, mWork: cute.Tensor, mTicket: cute.Tensor, sTicket: cute.Tensor,
+                   cta: Int32, tid: Int32, num_ctas: Int32, group_size: Int32, num_groups: Int32):
+        """4. where the grid may be larger than the SMs: the group's last CTA adds the group's
+        rows in CTA order, the last group finisher the group rows in group order."""
         group = cta // group_size
         group_first = group * group_size
         members = cutlass.min(group_size, num_ctas - group_first)
@@ -346,18 +369,18 @@ class QDenoiseKernel:
 _compiled = _cute.CompiledCache()
 
 
-def _kernel_and_args(A: int, H: int) -> tuple[Any, tuple]:
+def _kernel_and_args(A: int, H: int, spread: bool = False) -> tuple[Any, tuple]:
     """The kernel object and the (fake) arguments it compiles with."""
-    return QDenoiseKernel(A, H), (*[_cute.fake_ptr() for _ in range(9)], _cute.fake_ptr(Int32),
+    return QDenoiseKernel(A, H, spread), (*[_cute.fake_ptr() for _ in range(9)], _cute.fake_ptr(Int32),
                                   Int32(1), Int32(1), Int32(1), Int32(1), Float32(1.0),
                                   _cute.fake_stream())
 
 
-def _compile(A: int, H: int, keep: bool = False) -> Any:
+def _compile(A: int, H: int, keep: bool = False, spread: bool = False) -> Any:
     def build():
-        kernel, args = _kernel_and_args(A, H)
+        kernel, args = _kernel_and_args(A, H, spread)
         return _cute.compile_kernel(kernel, *args, keep=keep)
-    return _compiled.get((A, H, keep), build)
+    return _compiled.get((A, H, keep, spread), build)
 
 
 def check_sizes(chk: _arrays.Checker) -> None:
@@ -382,8 +405,11 @@ def loss_and_grads(q, q_target, W1, b1, W2, b2, *, precision: str = "tf32"):
     del precision  # one FFMA kernel serves both (see the module docstring)
     B, A = q.shape
     H = W1.shape[0]
-    kernel = _compile(A, H)
     num_ctas, group_size, num_groups = reduction_grid(B)
+    spread = num_ctas <= _arrays.sm_count(q)  # every CTA resident at once: one finish level
+    if spread:
+        group_size, num_groups = num_ctas, 0
+    kernel = _compile(A, H, spread=spread)
     dq = _arrays.empty(q, (B, A))
     sums = _arrays.empty(q, (num_entries(A, H),))
     work = _arrays.empty(q, ((num_ctas + num_groups) * padded_entries(A, H),))  # fully rewritten
@@ -409,10 +435,13 @@ CI_SIZES = ((12, 24), (5, 7))  # (A, H): the defaults and odd widths
 
 
 def kernels_for_ci() -> dict[str, tuple[Any, tuple]]:
-    """{name: (kernel, compile arguments)} at the CI sizes."""
-    return {f"q_denoise_A{A}_H{H}": _kernel_and_args(A, H) for A, H in CI_SIZES}
+    """{name: (kernel, compile arguments)} at the CI sizes, with both finishes (spread, as at
+    the defaults on an H200; two_level, where the grid is larger than the SMs)."""
+    return {f"q_denoise_A{A}_H{H}{suffix}": _kernel_and_args(A, H, spread)
+            for A, H in CI_SIZES for suffix, spread in (("", True), ("_two_level", False))}
 
 
 def compiled_for_ci() -> dict[str, Any]:
-    """The kernel at the defaults (A=12, H=24) and at odd widths, PTX kept."""
-    return {f"q_denoise_A{A}_H{H}": _compile(A, H, keep=True) for A, H in CI_SIZES}
+    """The kernel at the defaults (A=12, H=24) and at odd widths, both finishes, PTX kept."""
+    return {f"q_denoise_A{A}_H{H}{suffix}": _compile(A, H, keep=True, spread=spread)
+            for A, H in CI_SIZES for suffix, spread in (("", True), ("_two_level", False))}
