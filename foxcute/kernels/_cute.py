@@ -193,12 +193,15 @@ def sum_rows_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, count: cutla
 
 
 @cute.jit
-def slice_plan(row_vecs: cutlass.Constexpr[int], num_rows: cutlass.Int32, slice_index: cutlass.Int32,
-               threads: cutlass.Constexpr[int]):
-    """How a CTA sums slice `slice_index` of num_rows rows of row_vecs float4 vectors, one
-    slice a row (a spread finish, after wait_for_arrivals): (first, last) its vectors; parts
-    (8, 4, 2 or 1) adjacent lanes a vector, the most that keeps a slice within one pass of
-    the CTA's threads where it can; passes over the slice."""
+def sum_slice_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, num_rows: cutlass.Int32,
+                       slice_index: cutlass.Int32, tid: cutlass.Int32, threads: cutlass.Constexpr[int],
+                       loads: cutlass.Constexpr[int], store: Callable):
+    """A spread finish's part of one CTA (after wait_for_arrivals): slice `slice_index` of
+    the num_rows rows first_row .. of mRows [rows, vecs, 4], one slice a row, each float4
+    vector of it summed over the rows in order (sum_vector_in_order) and handed to
+    store(vec, total) by one lane. `parts` (8, 4, 2 or 1) adjacent lanes take a vector: the
+    most that keeps the slice within one pass of the CTA's threads where it can."""
+    row_vecs = cute.size(mRows, mode=[1])
     per_slice = (row_vecs + num_rows - 1) // num_rows
     first = slice_index * per_slice
     last = cutlass.min(first + per_slice, row_vecs)
@@ -207,7 +210,12 @@ def slice_plan(row_vecs: cutlass.Constexpr[int], num_rows: cutlass.Int32, slice_
         if per_slice * p <= threads:
             parts = cutlass.Int32(p)
     passes = (per_slice + threads // parts - 1) // (threads // parts)
-    return first, last, parts, passes
+    acc = cute.make_rmem_tensor((1, 4), cutlass.Float32)
+    for pss in cutlass.range(passes, unroll=1):
+        vec = first + pss * (threads // parts) + tid // parts
+        sum_vector_in_order(mRows, first_row, num_rows, vec, last, parts, tid, acc, loads)
+        if tid % parts == 0 and vec < last:
+            store(vec, acc[0, None])
 
 
 @cute.jit

@@ -785,15 +785,10 @@ class KanBackwardTf32(KanTf32Config):
                      chunk: Int32, tid: Int32, blk: Int32):
         """The spread finish: CTA `chunk` of block blk writes the totals of its slice of the
         block's partial row (rows first_row .. first_row + num_chunks - 1), each summed over
-        the rows in chunk order (_cute.slice_plan, _cute.sum_vector_in_order: at the defaults
-        32 chunks, 18 vectors a slice, 8 lanes a vector summing 4 rows each)."""
-        first, last, parts, passes = _cute.slice_plan(self.row_vecs, num_chunks, chunk, BWD_THREADS)
-        acc = cute.make_rmem_tensor((1, 4), Float32)
-        for pss in cutlass.range(passes, unroll=1):
-            vec = first + pss * (BWD_THREADS // parts) + tid // parts
-            _cute.sum_vector_in_order(mWork, first_row, num_chunks, vec, last, parts, tid, acc, SLICE_LOADS)
-            if tid % parts == 0 and vec < last:
-                self.write_vector(mSums, acc[0, None], vec, blk)
+        the rows in chunk order (_cute.sum_slice_in_order: at the defaults 32 chunks, 18
+        vectors a slice, 8 lanes a vector summing 4 rows each)."""
+        _cute.sum_slice_in_order(mWork, first_row, num_chunks, chunk, tid, BWD_THREADS, SLICE_LOADS,
+                                 lambda vec, total: self.write_vector(mSums, total, vec, blk))
 
     @cute.jit
     def load_dy(self, mDy: cute.Tensor, warp_first: Int32, lane: Int32, batch: Int32) -> cute.Tensor:

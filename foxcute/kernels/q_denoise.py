@@ -42,10 +42,10 @@ the defaults, so most SMs get a share of the per-sample chains):
      Where the grid is at most one CTA an SM (B <= 8448 on an H200, the defaults included),
      one level spread over every CTA instead, as in the KAN backward: each CTA arrives at one
      counter after its row, waits until all have, and sums one slice of the row over all the
-     rows in CTA order (_cute.slice_plan, sum_vector_in_order: at the defaults 2 float4
-     vectors a CTA, 8 lanes a vector summing 16 rows each, then a butterfly), so after the
-     last row lands only the counter's round trips and one round of loads remain, not two
-     ticket levels. Launched cooperative, so the wait completes whatever runs beside it.
+     rows in CTA order (_cute.sum_slice_in_order: at the defaults 2 float4 vectors a CTA, 8
+     lanes a vector summing 16 rows each, then a butterfly), so after the last row lands
+     only the counter's round trips and one round of loads remain, not two ticket levels.
+     Launched cooperative, so the wait completes whatever runs beside it.
      Measured (H200, foxcute.compare, one call, 2 rounds): 9.39-9.64 -> 8.65-8.72 us; the
      training step with it not yet (the KAN backward's cooperative spread finish left the
      step unchanged, KMajorWeightGrad's cooperative launch made it slower).
@@ -227,15 +227,8 @@ class QDenoiseKernel:
             # 4. Spread (num_groups = 0): every CTA meets the others at one counter, then sums
             #    its slice of the row over all CTAs' rows in CTA order.
             _cute.wait_for_arrivals(mTicket, 0, _cute.arrive(mTicket, 0, tid), num_ctas, tid)
-            first, last, parts, passes = _cute.slice_plan(self.vecs, num_ctas, cta, THREADS)
-            acc = cute.make_rmem_tensor((1, 4), Float32)
-            for pss in cutlass.range(passes, unroll=1):
-                vec = first + pss * (THREADS // parts) + tid // parts
-                _cute.sum_vector_in_order(mWork, 0, num_ctas, vec, last, parts, tid, acc, SLICE_LOADS)
-                if tid % parts == 0 and vec < last:
-                    for e in cutlass.range_constexpr(4):
-                        if vec * 4 + e < self.L:
-                            mOut[vec * 4 + e] = acc[0, e]
+            _cute.sum_slice_in_order(mWork, 0, num_ctas, cta, tid, THREADS, SLICE_LOADS,
+                                     lambda vec, total: self.write_vector(mOut, total, vec))
             _cute.depart(mTicket, 0, num_ctas, tid)
         else:
             self.two_levels(mOut, mWork, mTicket, sTicket, cta, tid, num_ctas, group_size, num_groups)
@@ -333,13 +326,17 @@ class QDenoiseKernel:
         sTab[self.c_sq, tid] = sq * scale
 
     @cute.jit
+    def write_vector(self, mOut: cute.Tensor, total: cute.Tensor, vec: Int32):
+        """Float4 vector `vec` of the totals into the [L] result (the row's pad entries dropped)."""
+        for e in cutlass.range_constexpr(4):
+            if vec * 4 + e < self.L:
+                mOut[vec * 4 + e] = total[e]
+
+    @cute.jit
     def write_out(self, mOut: cute.Tensor, acc: cute.Tensor, tid: Int32):
         """The [L] result from the thread's float4 sums (the row's pad entries dropped)."""
         for g in cutlass.range_constexpr(self.vecs_per_thread):
-            for e in cutlass.range_constexpr(4):
-                j = (tid + g * THREADS) * 4 + e
-                if j < self.L:
-                    mOut[j] = acc[g, e]
+            self.write_vector(mOut, acc[g, None], tid + g * THREADS)
 
     @cute.jit
     def row_chunk(self, sMat: cute.Tensor, r: int, c0: int, width: int, w_vec: cute.Tensor) -> list:
