@@ -34,6 +34,17 @@ def test_no_register_spills(n):
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
+def test_only_the_dependent_variant_waits_for_the_grid_before_it():
+    kernels = {name: f.__ptx__ for name, f in column_sum.compiled_for_ci().items()}
+    for name, text in kernels.items():
+        waits = text.count("griddepcontrol.wait;")
+        assert waits == (1 if name.endswith("_dependent") else 0), name
+        assert "griddepcontrol.launch_dependents" not in text, name
+    # the wait comes before the first global load of G
+    text = kernels["column_sum_N4096_dependent"]
+    assert text.index("griddepcontrol.wait;") < text.index("ld.global")
+
+
 def test_kahan_compensation_survives_compilation(ptx):
     # (t - a) - y must reach the PTX as subtractions, not be folded away to zero.
     assert ptx[128].count("sub.f32") >= 2 * 4

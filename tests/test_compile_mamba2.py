@@ -393,3 +393,14 @@ def test_check_sizes_accepts_the_supported_range(impl):
 def test_check_sizes_rejects_unsupported_sizes(impl, sizes, match):
     with pytest.raises(FoxcuteInputError, match=match):
         mamba2.check_sizes(_checker(*sizes), impl)
+
+
+def test_fused_backward_signals_its_dependent_column_sum_once_its_reads_are_done(ptx):
+    # column_sum of the partials is launched as this kernel's programmatic dependent: the
+    # trigger comes after the tile loop (not at the start, where the dependent's waiting CTAs
+    # would hold SMs the whole launch), once, before the partials are written
+    for name in ("fused_backward_tf32", "fused_backward_fp32"):
+        text = ptx[name]
+        assert text.count("griddepcontrol.launch_dependents;") == 1, name
+        assert "griddepcontrol.wait" not in text, name
+        assert text.index("griddepcontrol.launch_dependents;") > text.rindex("cp.async.cg.shared.global"), name

@@ -70,6 +70,31 @@ def test_kernel_partials_wider_than_the_public_limit_in_one_launch(m, n):
     np.testing.assert_array_equal(out, g.astype(np.float64).sum(0).astype(np.float32))
 
 
+def test_dependent_launch_reads_what_the_kernel_before_it_wrote(rng):
+    # dependent=True (PDL, as after Mamba2's FusedBackward): the wait must hold the loads
+    # until the previous kernel, here the one writing G in place, has finished; in a CUDA
+    # graph replayed on new values too. The sums equal the plain launch's, bit for bit.
+    torch = pytest.importorskip("torch")
+    from foxcute.kernels.column_sum import column_sum
+
+    g = torch.zeros(264, 12548, device="cuda")
+    source = torch.randn(264, 12548, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        column_sum(g, dependent=True)  # compile and warm outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g.copy_(source)
+        out = column_sum(g, dependent=True)
+    for _ in range(3):
+        source.copy_(torch.randn_like(source))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, column_sum(source.clone()))
+
+
 def test_bit_identical_over_20_runs(rng):
     g = cp.asarray(rng.standard_normal((524288, 128), dtype=np.float32))
     first = foxcute.column_sum(g, backend="cute").get()

@@ -55,8 +55,14 @@ MAX_ELEMENTS = 2**31 - 1  # CuTe layouts index with 32-bit integers
 
 
 class ColumnSum:
-    def __init__(self, n: int, loads_in_flight: int | None = None):
+    def __init__(self, n: int, loads_in_flight: int | None = None, dependent: bool = False):
         self.n = n
+        # Launched as a programmatic dependent (PDL) of the kernel before it on the stream,
+        # which signals griddepcontrol.launch_dependents once its own reads are done (the
+        # Mamba2 backward's FusedBackward, whose partials this sums): the launch and the CTAs'
+        # start overlap that kernel's tail, and griddepcontrol.wait holds the first load until
+        # that kernel has finished and its writes are visible.
+        self.dependent = dependent
         self.pack = 1 if n % 4 == 0 else (2 if n % 2 == 0 else 4)
         self.width = self.pack * n  # floats per packed row
         self.vecs = self.width // 4  # float4 vectors per packed row
@@ -94,7 +100,7 @@ class ColumnSum:
         mOut = cute.make_tensor(out_ptr, cute.make_layout(self.n))
         mTicket = cute.make_tensor(ticket_ptr, cute.make_layout(self.slices))
         self.kernel(mG, mRows, mWork, mTotal, mOut, mTicket, m, num_ctas).launch(
-            grid=[num_ctas, self.slices, 1], block=[self.threads, 1, 1], stream=stream)
+            grid=[num_ctas, self.slices, 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.dependent)
 
     @cute.kernel
     def kernel(self, mG: cute.Tensor, mRows: cute.Tensor, mWork: cute.Tensor, mTotal: cute.Tensor,
@@ -111,6 +117,8 @@ class ColumnSum:
             sLow = smem.allocate_tensor(Float32, partial_layout, 16)
         sTicket = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
 
+        if cutlass.const_expr(self.dependent):
+            cute.arch.griddepcontrol_wait()
         # Phase 1: this CTA's share of G -> one packed row of partial sums in mWork[cta].
         self.sum_rows(mG, mG.shape[0], cta, num_ctas, tid, first_vec, sHigh, sLow, mWork, cta)
 
@@ -237,8 +245,9 @@ def compile_args() -> tuple:
             Int32(1), Int32(1), _cute.fake_stream())
 
 
-def _compile(n: int, keep: bool = False) -> Any:
-    return _compiled.get((n, keep), lambda: _cute.compile_kernel(_config(n), *compile_args(), keep=keep))
+def _compile(n: int, keep: bool = False, dependent: bool = False) -> Any:
+    return _compiled.get((n, keep, dependent),
+                         lambda: _cute.compile_kernel(_config(n, dependent), *compile_args(), keep=keep))
 
 
 def check_sizes(chk: _arrays.Checker) -> None:
@@ -251,9 +260,11 @@ def grid_size(kernel: ColumnSum, m: int, sms: int, ctas_per_sm: int = CTAS_PER_S
     return max(1, min(ctas_per_sm * sms // kernel.slices, -(-groups // kernel.unroll)))
 
 
-def column_sum(G: Any, out: Any = None) -> Any:
+def column_sum(G: Any, out: Any = None, *, dependent: bool = False) -> Any:
     """Column sums of a validated float32 C-contiguous 2-D cupy array or torch CUDA tensor,
     launched on that library's current stream. `out` ([N], same kind) is written if given.
+    `dependent`: launch as a programmatic dependent of the stream's previous kernel (see
+    ColumnSum), for a G that kernel writes and signals launch_dependents for.
 
     CuTe layouts index with 32 bits, so a G of more than 2^31 - 1 elements is summed in row
     blocks under that size whose [blocks, N] results are summed once more (fixed order)."""
@@ -262,29 +273,31 @@ def column_sum(G: Any, out: Any = None) -> Any:
         out = _arrays.empty(G, (n,))
     block_rows = MAX_ELEMENTS // n // 4 * 4  # a multiple of 4 keeps every block 16-byte aligned
     if m <= block_rows:
-        _launch(G, out)
+        _launch(G, out, dependent)
         return out
-    block_sums = [_launch(G[start:start + block_rows], _arrays.empty(G, (n,)))
+    block_sums = [_launch(G[start:start + block_rows], _arrays.empty(G, (n,)), dependent)
                   for start in range(0, m, block_rows)]
     _launch(_arrays.stack(block_sums), out)
     return out
 
 
-def _launch(G: Any, out: Any) -> Any:
+def _launch(G: Any, out: Any, dependent: bool = False) -> Any:
     m, n = G.shape
-    config = _config(n)
+    config = _config(n, dependent)
     num_ctas = grid_size(config, m, _arrays.sm_count(G))
     work = _arrays.empty(G, ((num_ctas + 1) * config.width,))
-    _compile(n)(_cute.gmem_ptr(G), _cute.gmem_ptr(out), _cute.gmem_ptr(work),
+    _compile(n, dependent=dependent)(_cute.gmem_ptr(G), _cute.gmem_ptr(out), _cute.gmem_ptr(work),
                 _cute.gmem_ptr(_cute.tickets(G, config.slices), Int32), Int32(m), Int32(num_ctas), _cute.current_stream(G))
     return out
 
 
 @functools.lru_cache(maxsize=None)
-def _config(n: int) -> ColumnSum:
-    return ColumnSum(n)
+def _config(n: int, dependent: bool = False) -> ColumnSum:
+    return ColumnSum(n, dependent=dependent)
 
 
 def compiled_for_ci() -> dict[str, Any]:
-    """The kernel compiled with PTX kept, at the IQN head's widths and an odd one."""
-    return {f"column_sum_N{n}": _compile(n, keep=True) for n in (3, 128, 4095)}
+    """The kernel compiled with PTX kept, at the IQN head's widths and an odd one, and as a
+    programmatic dependent at a width cut into column slices (as the Mamba2 backward's)."""
+    return {**{f"column_sum_N{n}": _compile(n, keep=True) for n in (3, 128, 4095)},
+            "column_sum_N4096_dependent": _compile(4096, keep=True, dependent=True)}

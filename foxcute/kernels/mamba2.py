@@ -1473,6 +1473,9 @@ class FusedBackward(_TileCopies):
                     self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
                                          self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
 
+        # Every read of the inputs is done: column_sum, launched as this kernel's programmatic
+        # dependent, may start its launch now (its CTAs wait for this grid's end to read).
+        cute.arch.griddepcontrol_launch_dependents()
         # The CTA's weight gradients, once: its row of the partials
         for kc in cutlass.range_constexpr(n_chunks):
             col0 = kc * CHUNK
@@ -1761,7 +1764,9 @@ def backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any, w: An
         fn(gmem_ptr(dout), gmem_ptr(h_hist), gmem_ptr(h), gmem_ptr(W_A), gmem_ptr(W_B), gmem_ptr(W_C),
            gmem_ptr(w), gmem_ptr(partials), gmem_ptr(dh_hist), gmem_ptr(dh), Float32(sigma), Int32(B),
            Int32(num_ctas), _cute.current_stream(h))
-        grads = column_sum(partials)  # fixed order over CTAs, every column block in one launch
+        # fixed order over CTAs, every column block in one launch, launched as the kernel's
+        # programmatic dependent (see column_sum.ColumnSum)
+        grads = column_sum(partials, dependent=True)
         n = SH2 * D
         return (grads[0:n].reshape(SH2, D), grads[n:2 * n].reshape(SH2, D),
                 grads[2 * n:3 * n].reshape(SH2, D), grads[3 * n:3 * n + SH2], grads[L - 1:L], dh_hist, dh)
