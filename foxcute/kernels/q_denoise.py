@@ -47,8 +47,10 @@ the defaults, so most SMs get a share of the per-sample chains):
      only the counter's round trips and one round of loads remain, not two ticket levels.
      Launched cooperative, so the wait completes whatever runs beside it.
      Measured (H200, foxcute.compare, one call, 2 rounds): 9.39-9.64 -> 8.65-8.72 us; the
-     training step with it not yet (the KAN backward's cooperative spread finish left the
-     step unchanged, KMajorWeightGrad's cooperative launch made it slower).
+     two-lane training step (A/B script, 3 rounds, a later session) 254.2-256.5 us with the
+     two-level finish against 254.6-255.6 with this one: unchanged, as with the KAN
+     backward's cooperative finish (KMajorWeightGrad's cooperative launch made it slower).
+     Papermill run 20261202T211504Z: 8.91 us (9.74 in run 20261202T051124Z).
 Samples past B have dy = 0 and a zero squared error, so they add exactly 0.
 Both precisions run this FFMA kernel: at 28 MFLOP tensor cores would buy nothing, and the
 result is full float32 either way (well inside the TF32 tolerance).
