@@ -13,7 +13,9 @@ times each part as a whole with foxcute.timing.bench (CUDA-graph replays for cut
 for naive); the table's "method" column says which produced it.
 
 "share of step (%)" is a kernel's device time over the device time of all kernels of the
-step (launch gaps excluded); the step's wall time is the headline record's.
+step (launch gaps excluded); the step's wall time is the headline record's. Where the step's
+two lanes overlap, those shares overstate what a part costs the step: `marginal_costs` times
+the graph-replayed cute step without each part and with it alone.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 TABLE_COLUMNS = ["backend", "layer", "kernel", "share of step (%)", "us per call", "calls per step",
                  "total us", "method"]
 LAUNCH_COLUMNS = ["part", "launch", "kernel", "start (us)", "us", "share of part (%)"]  # launch_table's
+MARGINAL_COLUMNS = ["part", "lane", "alone (us)", "step without it (us)", "marginal (us)", "step (us)"]
 # step_records' default
 STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile_cudagraphs")
 _TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
@@ -197,6 +200,38 @@ def step_breakdown(inputs: dict[str, dict[str, Any]], *, backend: str, precision
     if events:
         return kernel_table(events, backend=backend)
     return part_table(_bench_parts(parts, backend, library), backend=backend)
+
+
+def marginal_costs(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32", impl: str = "fused",
+                   rounds: int = 3, warmup: int = 5, reps: int = 50, calls_per_rep: int = 10) -> pd.DataFrame:
+    """What each part costs the two-lane cute step (MARGINAL_COLUMNS, one row per PARTS name,
+    in its order): the whole step graph-replayed, the step with the part left out
+    (step.kernel_step's leave_out), the difference ("marginal"), and the part alone. In a
+    graph whose lanes overlap, a part's marginal cost, not its kernels' sum, is what making
+    it faster can gain the step (the per-kernel table's times add up to more than the step).
+    Each time is the median over `rounds` rounds of timing.bench, the variants alternating
+    within a round; `inputs` as for step_breakdown (torch CUDA tensors)."""
+    from . import timing
+
+    if array_kind(inputs["mamba2"]["h"]) != "torch":
+        raise ValueError("foxcute.breakdown.marginal_costs: the inputs must be torch CUDA tensors")
+    variants = {"step": ()}
+    for part in step.PARTS:
+        variants[("without", part)] = (part,)
+        variants[("alone", part)] = tuple(p for p in step.PARTS if p != part)
+    functions = {key: step.kernel_step(inputs, precision=precision, impl=impl, leave_out=leave_out)
+                 for key, leave_out in variants.items()}
+    samples: dict[Any, list[float]] = {key: [] for key in functions}
+    for _ in range(rounds):
+        for key, fn in functions.items():
+            samples[key].append(timing.bench(fn, library="torch", warmup=warmup, reps=reps,
+                                             calls_per_rep=calls_per_rep)[0])
+    us = {key: float(np.median(values)) for key, values in samples.items()}
+    lane = {part: "side" if part in step.LANES[1] else "main" for part in step.PARTS}
+    return pd.DataFrame([{"part": part, "lane": lane[part], "alone (us)": us[("alone", part)],
+                          "step without it (us)": us[("without", part)],
+                          "marginal (us)": us["step"] - us[("without", part)], "step (us)": us["step"]}
+                         for part in step.PARTS], columns=MARGINAL_COLUMNS)
 
 
 def _record(name: str, sizes: step.StepSizes, precision: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy
 
@@ -251,13 +251,13 @@ def run(inputs: dict[str, dict[str, Any]], *, backend: str = "reference", precis
     return out
 
 
-def _validate(inputs: dict[str, dict[str, Any]], backend: str, precision: str, impl: str) -> list[str]:
+def _validate(inputs: dict[str, dict[str, Any]], backend: str, precision: str, impl: str) -> dict[str, Any]:
     """One `run` (every argument checked, every kernel compiled); the kernel path also needs
-    Mamba2's w given (the layer module would fill in ones for w=None). Returns the names of
-    run's outputs, in its order."""
+    Mamba2's w given (the layer module would fill in ones for w=None). Returns run's outputs,
+    in its order."""
     if inputs["mamba2"].get("w") is None:
         raise ValueError("foxcute.step: the kernel path needs mamba2's w as an array (make_inputs gives one)")
-    return list(run(inputs, backend=backend, precision=precision, impl=impl))
+    return run(inputs, backend=backend, precision=precision, impl=impl)
 
 
 def kernel_parts(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", precision: str = "tf32",
@@ -272,28 +272,37 @@ def kernel_parts(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pr
 
 
 def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", precision: str = "tf32",
-                impl: str = "fused", lanes: bool = True) -> Callable[[], dict[str, Any]]:
+                impl: str = "fused", lanes: bool = True, leave_out: Sequence[str] = ()) -> Callable[[], dict[str, Any]]:
     """Validates `inputs` with one `run`, then returns a function that launches one step
     straight through the kernel modules and returns its fresh outputs (as `run` names them,
     in its order). lanes=True: the parts of LANES[1] go to a stream of their own, forked from
     the current stream and joined back into it before the function returns; lanes=False: all
     on the current stream, in PARTS order. Either way the function can be captured in a CUDA
-    graph (timing.bench), the side lane becoming a parallel branch of the graph."""
+    graph (timing.bench), the side lane becoming a parallel branch of the graph.
+    leave_out: PARTS not launched (what the step costs without them, breakdown.marginal_costs);
+    then every part that chains on another (CHAINED) takes the validating run's output, and
+    the left-out parts' outputs are missing from the result."""
+    unknown = [name for name in leave_out if name not in PARTS]
+    if unknown:
+        raise ValueError(f"foxcute.step.kernel_step: leave_out names {unknown}, not parts of the step {PARTS}")
     layers = _KernelLayers(backend, precision, impl)
-    names = _validate(inputs, backend, precision, impl)
+    validated = _validate(inputs, backend, precision, impl)
+    names = list(validated)
+    chained = {name: validated[name] for name in CHAINED} if leave_out else None
 
     def launch() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        parts = dict(_parts(layers, inputs, out))
+        parts = dict(_parts(layers, inputs, out, chained))
 
         def run_parts(lane):
             for name in lane:
-                parts[name]()
+                if name not in leave_out:
+                    parts[name]()
         if lanes:
             side_lane(inputs["mamba2"]["h"]).run(lambda: run_parts(LANES[1]), lambda: run_parts(LANES[0]))
         else:
             run_parts(PARTS)
-        return {name: out[name] for name in names}  # the side lane's parts ran first
+        return {name: out[name] for name in names if name in out}  # the side lane's parts ran first
     return launch
 
 

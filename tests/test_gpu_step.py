@@ -86,6 +86,39 @@ def test_kernel_step_equals_run_bit_for_bit(case, lanes, library):
         assert np.array_equal(to_numpy(got[name]).view(np.int32), to_numpy(want[name]).view(np.int32)), name
 
 
+def output_part(name):
+    """The part of the step that gives output `name`."""
+    layer = name.split(".")[0]
+    if layer == "mamba2":
+        return "mamba2_forward" if name == "mamba2.out" else "mamba2_backward"
+    return {"curiosity": "curiosity_fwd_bwd", "risk_budget": "risk_budget_forward", "q_denoise": "q_denoise_backward",
+            "iqn": "iqn_bias_grad_reduce", "kan": "kan_backward"}[layer]
+
+
+@pytest.mark.parametrize("part", step.PARTS)
+def test_step_without_a_part_gives_the_other_outputs_bit_for_bit(case, part):
+    # The parts chained on a left-out one take the validating run's outputs: the same bits.
+    host, _ = case(SMALL)
+    x = step.to_device(host)
+    whole = step.kernel_step(x)()
+    without = step.kernel_step(x, leave_out=(part,))()
+    left = [name for name in whole if output_part(name) == part]
+    assert left and list(without) == [name for name in whole if name not in left]
+    for name in without:
+        assert torch.equal(without[name], whole[name]), name
+
+
+def test_marginal_costs_time_every_part_in_its_lane(case):
+    host, _ = case(SMALL)
+    table = breakdown.marginal_costs(step.to_device(host), rounds=1, warmup=1, reps=3, calls_per_rep=2)
+    assert list(table.columns) == breakdown.MARGINAL_COLUMNS
+    assert table["part"].tolist() == list(step.PARTS)
+    assert set(table.loc[table["lane"] == "side", "part"]) == set(step.LANES[1])
+    times = table[["alone (us)", "step without it (us)", "step (us)"]].to_numpy()
+    assert np.isfinite(times).all() and (times > 0).all()
+    assert (table["marginal (us)"] == table["step (us)"] - table["step without it (us)"]).all()
+
+
 def test_captured_step_follows_new_inputs_and_equals_eager_bit_for_bit(case):
     host_x, reference_x = case(DEFAULT)
     host_y = step.make_inputs(DEFAULT, np.random.default_rng(12345))

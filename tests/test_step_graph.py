@@ -163,6 +163,11 @@ def test_kernel_path_needs_a_gpu_backend(inputs):
         step.kernel_step(inputs, backend="reference")
 
 
+def test_kernel_step_rejects_an_unknown_part_to_leave_out(inputs):
+    with pytest.raises(ValueError, match=r"leave_out names \['iqn'\]"):
+        step.kernel_step(inputs, backend="reference", leave_out=("kan_backward", "iqn"))
+
+
 def test_rel_errors_name_every_output_and_demand_the_same_outputs(inputs):
     reference = step.run(inputs)
     errors = step.rel_errors(reference, reference)
