@@ -122,7 +122,13 @@ _CHAINING_PARTS = ("curiosity_fwd_bwd", "risk_budget_forward")
 # small-MLP kernels run one CTA per SM and are latency bound, leaving registers, shared memory
 # and DRAM bandwidth to the side lane's memory-bound IQN column sums, then to the Mamba2
 # backward. (An H200 experiment of five splits chose this one; the run's "cute" and
-# "cute_one_stream" records measure what it gains.)
+# "cute_one_stream" records measure what it gains.) Stream priorities do not change it: the
+# two lanes' streams at priorities -3 and 0, either way round, recorded in the graph's kernel
+# nodes and instantiated with cudaGraphInstantiateFlagUseNodePriority, gave 253.2-256.5 us
+# against 254.4-256.2 for the plain graph (H200 check script, 3 rounds). Likely because the
+# lanes' big kernels rarely fit on one SM together (most fill its registers or shared
+# memory), so which lane's CTAs are dispatched first matters little; breakdown.marginal_costs
+# measures what each part costs the step.
 LANES = (("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoise_backward", "kan_backward"),
          ("iqn_bias_grad_reduce", "mamba2_backward"))
 
