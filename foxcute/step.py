@@ -128,7 +128,15 @@ _CHAINING_PARTS = ("curiosity_fwd_bwd", "risk_budget_forward")
 # against 254.4-256.2 for the plain graph (H200 check script, 3 rounds). Likely because the
 # lanes' big kernels rarely fit on one SM together (most fill its registers or shared
 # memory), so which lane's CTAs are dispatched first matters little; breakdown.marginal_costs
-# measures what each part costs the step.
+# measures what each part costs the step. Its first measurement (H200 check script, 3 rounds,
+# IQN's two column sums apart): the step 252.8-255.4 us; main lane alone 115.2-116.4, side
+# lane alone 175.4-176.4 (sum 291, the one-stream step 288); without the IQN N=128 column sum
+# 201.3-202.0 (alone 71.7-71.8), without the Mamba2 backward 177.9-182.1 (alone 88.5-88.7),
+# without curiosity 206.8-209.2 (alone 54.2-54.3), without the Mamba2 forward 225.8-230.8
+# (alone 29.6-29.9), without each other part 3-8 less. So the lanes mostly take turns, and
+# the memory-bound N=128 sum (268 MB) costs the step ~52 us though the latency-bound
+# main-lane kernels leave DRAM mostly idle: hiding it needs a version that fits on the SMs
+# beside them (RowPass leaves 2K registers and ~29 KB of shared memory an SM).
 LANES = (("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoise_backward", "kan_backward"),
          ("iqn_bias_grad_reduce", "mamba2_backward"))
 
