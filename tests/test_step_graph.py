@@ -257,3 +257,38 @@ def test_kernel_path_calls_every_kernel_function_as_its_signature_says(inputs, m
     assert arguments["risk_budget.forward"]["e"] is out["curiosity.r"]
     assert arguments["curiosity.forward_backward"]["s"] is out["mamba2.out"]
     assert list(out) == list(step.run(inputs))  # the same outputs, named as run names them
+
+
+def test_marginal_costs_take_each_variants_median_and_subtract_from_the_whole_step(monkeypatch):
+    # Fake steps whose time says which parts they launch: part i costs 10 * (i + 1) us, plus
+    # a round-dependent offset that the median over three rounds must remove.
+    from foxcute import timing
+
+    cost = {part: 10.0 * (i + 1) for i, part in enumerate(step.PARTS)}
+    timed = []
+
+    def fake_kernel_step(inputs, *, precision, impl, leave_out):
+        return lambda: sum(cost[p] for p in step.PARTS if p not in leave_out)
+
+    def fake_bench(fn, *, library, warmup, reps, calls_per_rep):
+        timed.append(fn)
+        offset = (0.0, 5.0, -5.0)[(len(timed) - 1) // (1 + 2 * len(step.PARTS))]
+        return fn() + offset, []
+
+    monkeypatch.setattr(step, "kernel_step", fake_kernel_step)
+    monkeypatch.setattr(timing, "bench", fake_bench)
+    monkeypatch.setattr(breakdown, "array_kind", lambda x: "torch")
+    table = breakdown.marginal_costs({"mamba2": {"h": None}}, rounds=3)
+    assert len(timed) == 3 * (1 + 2 * len(step.PARTS))
+    assert list(table.columns) == breakdown.MARGINAL_COLUMNS
+    assert table["part"].tolist() == list(step.PARTS)
+    whole = sum(cost.values())
+    assert (table["step (us)"] == whole).all()
+    assert table["alone (us)"].tolist() == [cost[p] for p in step.PARTS]
+    assert table["marginal (us)"].tolist() == [cost[p] for p in step.PARTS]
+    assert table.set_index("part")["lane"].to_dict() == {p: "side" if p in step.LANES[1] else "main" for p in step.PARTS}
+
+
+def test_marginal_costs_need_torch_inputs(inputs):
+    with pytest.raises(ValueError, match="must be torch CUDA tensors"):
+        breakdown.marginal_costs(inputs)
