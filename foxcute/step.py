@@ -127,9 +127,9 @@ _CHAINING_PARTS = ("curiosity_fwd_bwd", "risk_budget_forward")
 # nodes and instantiated with cudaGraphInstantiateFlagUseNodePriority, gave 253.2-256.5 us
 # against 254.4-256.2 for the plain graph (H200 check script, 3 rounds). Likely because the
 # lanes' big kernels rarely fit on one SM together (most fill its registers or shared
-# memory), so which lane's CTAs are dispatched first matters little; breakdown.marginal_costs
-# measures what each part costs the step. Its first measurement (H200 check script, 3 rounds,
-# IQN's two column sums apart): the step 252.8-255.4 us; main lane alone 115.2-116.4, side
+# memory), so which lane's CTAs are dispatched first matters little. breakdown.marginal_costs
+# measures what each part costs the step; before it, an H200 check script made the same
+# measurement (3 rounds, IQN's two column sums apart): the step 252.8-255.4 us; main lane alone 115.2-116.4, side
 # lane alone 175.4-176.4 (sum 291, the one-stream step 288); without the IQN N=128 column sum
 # 201.3-202.0 (alone 71.7-71.8), without the Mamba2 backward 177.9-182.1 (alone 88.5-88.7),
 # without curiosity 206.8-209.2 (alone 54.2-54.3), without the Mamba2 forward 225.8-230.8
