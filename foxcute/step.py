@@ -136,9 +136,21 @@ _CHAINING_PARTS = ("curiosity_fwd_bwd", "risk_budget_forward")
 # (alone 29.6-29.9), without each other part 3-8 less. So the lanes mostly take turns, and
 # the memory-bound N=128 sum (268 MB) costs the step ~52 us though the latency-bound
 # main-lane kernels leave DRAM mostly idle: hiding it needs a version that fits on the SMs
-# beside them (RowPass leaves 2K registers and ~29 KB of shared memory an SM).
+# beside them (RowPass leaves 2K registers and ~29 KB of shared memory an SM). One was built
+# and measured (H200 check script, not kept): one warp of 27 registers a CTA, one CTA an SM,
+# the rows streamed through a ring of six 4 KB bulk copies (cp.async.bulk on mbarriers, 24 KB
+# of shared memory), exact and bit-identical; but alone it summed the [524288, 128] input in
+# 145 us (1.85 TB/s: 24 KB in flight an SM is too little), and the step took 352-358 us with
+# it (395-397 with the side lane forked after the Mamba2 forward): where it holds 24 KB of an
+# SM, the Mamba2 backward's 224 KB CTA cannot start there until it has finished.
 LANES = (("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoise_backward", "kan_backward"),
          ("iqn_bias_grad_reduce", "mamba2_backward"))
+# The side lane forks from the main lane once this part of it is launched, not at the start,
+# so the Mamba2 forward (memory-bound, 30 us) runs alone, not beside the IQN column sums that
+# want the same DRAM bandwidth and, at 4 CTAs an SM, the SMs (the likely reason; not
+# analysed); they run beside curiosity instead. H200 check script (3 rounds, graph-replayed, outputs bit-identical):
+# 252.0-255.2 us forked at the start, 250.7-251.4 forked here.
+FORK_AFTER = "mamba2_forward"
 
 
 class _PublicLayers:
@@ -289,10 +301,11 @@ def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pre
                 impl: str = "fused", lanes: bool = True, leave_out: Sequence[str] = ()) -> Callable[[], dict[str, Any]]:
     """Validates `inputs` with one `run`, then returns a function that launches one step
     straight through the kernel modules and returns its fresh outputs (as `run` names them,
-    in its order). lanes=True: the parts of LANES[1] go to a stream of their own, forked from
-    the current stream and joined back into it before the function returns; lanes=False: all
-    on the current stream, in PARTS order. Either way the function can be captured in a CUDA
-    graph (timing.bench), the side lane becoming a parallel branch of the graph.
+    in its order). lanes=True: the parts of LANES[0] on the current stream, those of LANES[1]
+    on a stream of their own, forked from it once FORK_AFTER is launched and joined back into
+    it before the function returns; lanes=False: all on the current stream, in PARTS order.
+    Either way the function can be captured in a CUDA graph (timing.bench), the side lane
+    becoming a parallel branch of the graph.
     leave_out: PARTS not launched (what the step costs without them, breakdown.marginal_costs);
     then every part that chains on another (CHAINED) takes the validating run's output, and
     the left-out parts' outputs are missing from the result."""
@@ -313,10 +326,13 @@ def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pre
                 if name not in leave_out:
                     parts[name]()
         if lanes:
-            side_lane(inputs["mamba2"]["h"]).run(lambda: run_parts(LANES[1]), lambda: run_parts(LANES[0]))
+            main, side = LANES
+            fork = main.index(FORK_AFTER) + 1
+            run_parts(main[:fork])
+            side_lane(inputs["mamba2"]["h"]).run(lambda: run_parts(side), lambda: run_parts(main[fork:]))
         else:
             run_parts(PARTS)
-        return {name: out[name] for name in names if name in out}  # the side lane's parts ran first
+        return {name: out[name] for name in names if name in out}  # in run's order, not the lanes'
     return launch
 
 

@@ -156,6 +156,39 @@ def test_lanes_split_the_parts_and_keep_the_chain_in_one_lane():
     for lane in step.LANES:
         assert list(lane) == [p for p in step.PARTS if p in lane]
     assert {"mamba2_forward", *step._CHAINING_PARTS} <= set(main)
+    assert step.FORK_AFTER in main
+
+
+def test_kernel_step_forks_the_side_lane_once_FORK_AFTER_is_launched(inputs, monkeypatch):
+    # Launch order with the lanes: the main lane up to FORK_AFTER, then the fork (the side
+    # lane's parts on its stream), then the rest of the main lane; a fake lane records it.
+    launched = []
+
+    def fake_parts(layers, inputs, out, chained=None):
+        def part(name):
+            def launch():
+                launched.append(name)
+                out[name] = name
+            return launch
+        return [(name, part(name)) for name in step.PARTS]
+
+    class FakeLane:
+        def run(self, side, main):
+            launched.append("fork")
+            side()
+            launched.append("side lane launched")
+            main()
+
+    monkeypatch.setattr(step, "_parts", fake_parts)
+    monkeypatch.setattr(step, "_validate", lambda *args: {name: None for name in step.PARTS})
+    monkeypatch.setattr(step, "_KernelLayers", lambda *args: None)
+    monkeypatch.setattr(step, "side_lane", lambda x: FakeLane())
+    outputs = step.kernel_step(inputs)()
+    main, side = step.LANES
+    fork = main.index(step.FORK_AFTER) + 1
+    assert fork < len(main)  # something of the main lane runs beside the side lane
+    assert launched == [*main[:fork], "fork", *side, "side lane launched", *main[fork:]]
+    assert list(outputs) == list(step.PARTS)  # in run's order, whatever order the lanes filled them
 
 
 def test_kernel_path_needs_a_gpu_backend(inputs):
