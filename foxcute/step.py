@@ -148,8 +148,14 @@ LANES = (("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoi
 # The side lane forks from the main lane once this part of it is launched, not at the start,
 # so the Mamba2 forward (memory-bound, 30 us) runs alone, not beside the IQN column sums that
 # want the same DRAM bandwidth and, at 4 CTAs an SM, the SMs (the likely reason; not
-# analysed); they run beside curiosity instead. H200 check script (3 rounds, graph-replayed, outputs bit-identical):
-# 252.0-255.2 us forked at the start, 250.7-251.4 forked here.
+# analysed); they run beside curiosity instead. Two H200 check scripts (3 rounds each, the
+# step graph-replayed, outputs bit-identical): forked at the start 251.5-256.5 us, forked
+# here 250.7-252.7. In the second, other splits (forked here unless said): the N=3 column
+# sum at the main lane's end 260.0-261.5, on a third stream 254.4-254.6; the Mamba2 backward
+# first in the side lane 269.0-269.4 (forked at the start 268.3-270.9), on a third stream
+# 259.5-261.4; the N=128 sum at 2, 8, 16 CTAs an SM 273.2-273.9, 257.9-258.8, 276.9-277.6
+# (alone 74.9, 78.4-78.6, 102.5-103.0; 72.2-72.4 at its 4), at 8 forked at the start
+# 250.6-252.8. None clearly better than this one.
 FORK_AFTER = "mamba2_forward"
 
 
