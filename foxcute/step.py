@@ -140,9 +140,9 @@ _CHAINING_PARTS = ("curiosity_fwd_bwd", "risk_budget_forward")
 # and measured (H200 check script, not kept): one warp of 27 registers a CTA, one CTA an SM,
 # the rows streamed through a ring of six 4 KB bulk copies (cp.async.bulk on mbarriers, 24 KB
 # of shared memory), exact and bit-identical; but alone it summed the [524288, 128] input in
-# 145 us (1.85 TB/s: 24 KB in flight an SM is too little), and the step took 352-358 us with
-# it (395-397 with the side lane forked after the Mamba2 forward): where it holds 24 KB of an
-# SM, the Mamba2 backward's 224 KB CTA cannot start there until it has finished.
+# 145 us (1.85 TB/s; likely too few bytes in flight, not analysed), and the step took 352-358
+# us with it (395-397 with the side lane forked after the Mamba2 forward): where it holds
+# 24 KB of an SM, the Mamba2 backward's 224 KB CTA cannot start there until it has finished.
 LANES = (("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoise_backward", "kan_backward"),
          ("iqn_bias_grad_reduce", "mamba2_backward"))
 # The side lane forks from the main lane once this part of it is launched, not at the start,
