@@ -1,4 +1,4 @@
-"""Command line: `foxcute run|index|ptx ...` (also `python -m foxcute ...`)."""
+"""Command line: `foxcute run|index|check-run|ptx ...` (also `python -m foxcute ...`)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "block from the committed run folders")
     index.add_argument("--out", type=Path, default=runner.DEFAULT_OUT, help="the runs folder")
     index.add_argument("--readme", type=Path, default=runner.DEFAULT_OUT.parent / "README.md")
+    check = sub.add_parser("check-run", help="check that a run folder's recorded source digest is its "
+                                             "recorded commit's (exit 1 where not)")
+    check.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     ptx = sub.add_parser("ptx", help="print the SHA-256 of every kernel's PTX as JSON (compiled for "
                                      "sm_90a, no GPU needed): compare two checkouts' outputs")
     ptx.add_argument("--module", action="append", dest="modules", metavar="NAME",
@@ -52,6 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(json.dumps(benchmarks.ptx_digests(args.modules), indent=1, sort_keys=True))
         return 0
+    if args.command == "check-run":
+        from . import provenance
+
+        failed = 0
+        for run_dir in args.run_dirs:
+            manifest = json.loads((run_dir / "manifest.json").read_text())
+            ok, found = provenance.check_run(manifest["provenance"])
+            failed += not ok
+            print(f"{run_dir.name}: {'ok' if ok else 'FAILED'}: {found}")
+        return 1 if failed else 0
     if args.command == "index":
         print(runner.write_index(args.out))
         if runner.update_readme(args.readme, args.out):

@@ -2,12 +2,15 @@
 
 Nothing here needs a GPU: without one the GPU fields are None. The git commit comes from
 FOXCUTE_GIT_COMMIT when set (the GPU machine's copy of the project has no usable .git), else
-from `git rev-parse HEAD` in the repository holding this package.
+from `git rev-parse HEAD` in the repository holding this package. A commit passed in by hand
+can be wrong (one GPU run recorded a stale commit), so a run also records the SHA-256 of the
+source files it ran (`source_digest`), which `check_run` compares with the recorded commit's.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -44,6 +47,67 @@ def _git(*args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _git_bytes(*args: str, root: Path = REPO_ROOT) -> bytes | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+# The files that decide what a run computes: the build file, the package, the notebooks.
+SOURCE_ROOTS = ("pyproject.toml", "foxcute", "notebooks")
+
+
+def _is_source(path: str) -> bool:
+    """path (relative, '/'-separated): pyproject.toml, foxcute/**/*.py or notebooks/*.ipynb."""
+    return path == "pyproject.toml" or (path.startswith("foxcute/") and path.endswith(".py")) or \
+        (path.startswith("notebooks/") and path.endswith(".ipynb") and path.count("/") == 1)
+
+
+def _digest(files: dict[str, bytes]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(f"{path}\0{len(files[path])}\0".encode())
+        digest.update(files[path])
+    return digest.hexdigest()
+
+
+def source_digest(root: Path = REPO_ROOT) -> str:
+    """SHA-256 over the source files under `root` as they are on disk (tracked or not)."""
+    paths = [root / "pyproject.toml", *(root / "foxcute").rglob("*.py"), *(root / "notebooks").glob("*.ipynb")]
+    return _digest({p.relative_to(root).as_posix(): p.read_bytes() for p in paths if p.is_file()})
+
+
+def commit_source_digest(commit: str, root: Path = REPO_ROOT) -> str | None:
+    """source_digest of the files as `commit` has them; None where git cannot read it."""
+    listing = _git_bytes("ls-tree", "-r", "--name-only", "-z", commit, "--", *SOURCE_ROOTS, root=root)
+    if listing is None:
+        return None
+    files = {}
+    for name in (n.decode() for n in listing.split(b"\0") if n):
+        if _is_source(name):
+            content = _git_bytes("show", f"{commit}:{name}", root=root)
+            if content is None:
+                return None
+            files[name] = content
+    return _digest(files)
+
+
+def check_run(prov: dict[str, Any], root: Path = REPO_ROOT) -> tuple[bool, str]:
+    """Whether a run's provenance (its manifest's) holds: the source digest it recorded is
+    that of its recorded commit in the repository at `root`. Returns (ok, what was found)."""
+    commit, recorded = prov.get("git_commit"), prov.get("source_sha256")
+    if not commit or not recorded:
+        return False, f"cannot check: the run recorded {'no commit' if not commit else 'no source digest'}"
+    expected = commit_source_digest(commit, root)
+    if expected is None:
+        return False, f"cannot check: commit {commit} is not readable in {root}"
+    if expected != recorded:
+        return False, f"the sources it ran are not those of its recorded commit {commit[:12]}"
+    return True, f"the sources it ran are those of its recorded commit {commit[:12]}"
 
 
 def git_state() -> dict[str, Any]:
@@ -135,6 +199,7 @@ def collect() -> dict[str, Any]:
     return {
         "utc": utc_now(),
         **git_state(),
+        "source_sha256": source_digest(),
         **gpu_info(),
         "packages": package_versions(),
         "python": platform.python_version(),

@@ -244,7 +244,9 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
     prov = results["provenance"]
     lines = [f"# Run {run_name}", ""]
     lines.append(f"- UTC: {prov['utc']}; commit: `{prov.get('git_commit')}`"
-                 + (" (dirty)" if prov.get("git_dirty") else ""))
+                 + (" (dirty)" if prov.get("git_dirty") else "")
+                 + (f"; sources sha256 `{prov['source_sha256']}` (`foxcute check-run`)"
+                    if prov.get("source_sha256") else ""))
     lines.append(f"- GPU: {prov.get('gpu') or 'none'}; driver {_fmt(prov.get('driver'))}; "
                  f"CUDA {_fmt(prov.get('cuda_driver_api'))}; copy bandwidth "
                  f"{_fmt(prov.get('copy_bandwidth_TBps'))} TB/s; graph replay of one trivial kernel "

@@ -8,7 +8,7 @@ import sys
 import nbformat
 import pytest
 
-from foxcute import cli, runner
+from foxcute import cli, provenance, runner
 
 NOTEBOOKS = runner.notebooks()
 RECORD_KEYS = {"layer", "impl", "pass", "params", "time_us", "floor_us", "rel_err"}
@@ -48,8 +48,10 @@ def test_cpu_preset_end_to_end(tmp_path):
     assert code == 0
     results = json.loads((run_dir / "results.json").read_text())
     prov = results["provenance"]
-    for key in ("utc", "git_commit", "gpu", "driver", "cuda_driver_api", "copy_bandwidth_TBps", "packages"):
+    for key in ("utc", "git_commit", "source_sha256", "gpu", "driver", "cuda_driver_api", "copy_bandwidth_TBps",
+                "packages"):
         assert key in prov
+    assert manifest["provenance"]["source_sha256"] == prov["source_sha256"] == provenance.source_digest()
     assert prov["packages"]["numpy"] and prov["python"] == ".".join(map(str, sys.version_info[:3]))
     assert results["records"], "the CPU profiling writes reference timings"
     for record in results["records"]:

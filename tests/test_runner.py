@@ -224,7 +224,7 @@ def test_the_readme_headline_names_a_notebook_that_failed(tmp_path):
 
 
 def test_summary_and_headline_report_the_launch_floor_and_fixed_costs(tmp_path):
-    prov = {"utc": "u", "gpu": "NVIDIA H200", "git_commit": "abc123"}
+    prov = {"utc": "u", "gpu": "NVIDIA H200", "git_commit": "abc123", "source_sha256": "f00d"}
     fixed = {"case": "kan.backward", "impl": "cute", "batch_1_us": 7.5, "batch": 8192, "batch_us": 10.1,
              "launch_floor_us": 2.9}
     (tmp_path / "results_03_profiling.json").write_text(json.dumps(
@@ -234,6 +234,7 @@ def test_summary_and_headline_report_the_launch_floor_and_fixed_costs(tmp_path):
     manifest = {"notebooks": [{"name": "03_profiling", "status": "ok", "seconds": 1.0}], "provenance": prov}
     text = runner.summary_markdown("run", manifest, results)
     assert "graph replay of one trivial kernel 2.9 us" in text
+    assert "- UTC: u; commit: `abc123`; sources sha256 `f00d` (`foxcute check-run`)" in text
     assert "| kan.backward | cute | 7.5 | 8192 | 10.1 | 2.9 |" in text
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     (tmp_path / "results.json").write_text(json.dumps(results))
