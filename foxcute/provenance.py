@@ -41,20 +41,18 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _git(*args: str) -> str | None:
+def _git_bytes(*args: str, root: Path = REPO_ROOT, timeout: float = 60) -> bytes | None:
+    """git's stdout, or None where git is missing, fails or times out."""
     try:
-        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def _git_bytes(*args: str, root: Path = REPO_ROOT) -> bytes | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=60)
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def _git(*args: str) -> str | None:
+    out = _git_bytes(*args, timeout=20)
+    return None if out is None else out.decode().strip()
 
 
 # The files that decide what a run computes: the build file, the package, the notebooks.
@@ -77,8 +75,9 @@ def _digest(files: dict[str, bytes]) -> str:
 
 def source_digest(root: Path = REPO_ROOT) -> str:
     """SHA-256 over the source files under `root` as they are on disk (tracked or not)."""
-    paths = [root / "pyproject.toml", *(root / "foxcute").rglob("*.py"), *(root / "notebooks").glob("*.ipynb")]
-    return _digest({p.relative_to(root).as_posix(): p.read_bytes() for p in paths if p.is_file()})
+    paths = [p for top in SOURCE_ROOTS for p in ((root / top), *(root / top).rglob("*"))]
+    return _digest({p.relative_to(root).as_posix(): p.read_bytes() for p in paths
+                    if p.is_file() and _is_source(p.relative_to(root).as_posix())})
 
 
 def commit_source_digest(commit: str, root: Path = REPO_ROOT) -> str | None:

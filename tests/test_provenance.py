@@ -51,7 +51,7 @@ def test_an_untracked_module_changes_the_digest(repo):
     assert provenance.source_digest(repo) != before
 
 
-def test_check_run_passes_only_for_the_recorded_commits_sources(repo, tmp_path_factory):
+def test_check_run_passes_only_for_the_recorded_commits_sources(repo):
     first = head(repo)
     digest = provenance.source_digest(repo)
     (repo / "foxcute/a.py").write_text("A = 2\n")
