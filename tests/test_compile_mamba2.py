@@ -107,11 +107,11 @@ def _mmas_fed_by_cvt(text):
             for a, b in re.findall(re.escape(TF32_MMA) + r" \{[^}]*\}, \{([^}]*)\}, \{([^}]*)\}", flat)]
 
 
-def test_tf32_operands_are_rounded_once_where_staged(ptx):
-    # The backward rounds its cp.async h_hist chunk in place once it has landed (for a|u's
-    # wgmma, which would truncate, and dW: no cvt.rna at dW's fragment loads, two instructions
-    # per element), and [da|du] where the reverse scan writes it: no mma.sync converts at the
-    # fragment load. (wgmma has no register operands: test_tf32_*_au_is_one_wgmma_group_per_chunk.)
+def test_tf32_mma_operands_are_not_converted_at_fragment_loads(ptx):
+    # The backward's mma.sync operands are rounded where staged ([da|du] where the reverse scan
+    # writes it, h, dc, the weights) or, h_hist, read as cp.async wrote it and truncated by the
+    # tensor cores (FusedBackward's docstring): no cvt.rna at a fragment load (two instructions
+    # an element). (wgmma has no register operands: test_tf32_*_au_is_one_wgmma_group_per_chunk.)
     fed_by_cvt = _mmas_fed_by_cvt(ptx["fused_backward_tf32"])
     assert fed_by_cvt and not any(fed_by_cvt)
 
@@ -128,7 +128,7 @@ def _assert_one_wgmma_per_k_step(text):
 def test_tf32_backward_au_is_one_wgmma_group_per_chunk(ptx):
     # the backward's a|u recompute as the forward's: one m64n(2D)k8 per 8-wide K step of a
     # chunk, A = the h_hist chunk (the tile cp.async wrote into 128B-swizzled shared memory,
-    # rounded in place), B = [W_A|W_B]^T stored transposed and rounded. Every thread fences its
+    # as it is), B = [W_A|W_B]^T stored transposed and rounded. Every thread fences its
     # stores for the async proxy before the barrier that precedes the group; the group is
     # waited for before the chunk's closing barrier. dh_hist and dW stay mma.sync: 4 + 8 K
     # steps x 4 + 2 N repeats per chunk; so are dh (2 K steps x 2 N repeats, on one CTA half)
