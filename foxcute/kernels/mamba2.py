@@ -523,7 +523,7 @@ class FusedForward(_TileCopies):
     samples) and at each chunk's closing barrier (another quarter). The next chunk is the only
     one in flight: it is held in registers (16 a thread), and at 128 registers (2 CTAs an SM)
     there is no room for a second; going deeper means cp.async or TMA into more shared-memory
-    stages, rounded in place (as the backward's h_hist was until truncated). What was done instead: the next chunk's
+    stages, rounded in place as the backward does. What was done instead: the next chunk's
     loads issued before the chunk's barrier, so that they fly through its wait too (predicted
     -0.5..1.5 us, bit-identical): 30.3 -> 29.4 us (run 20261130T000948Z; 1.49x the floor). The
     c product split 8 ways instead of 4 (all 256 threads in it at the defaults, against the
@@ -1462,7 +1462,8 @@ class FusedBackward(_TileCopies):
                     # K (tile rows) relabeled by _k_pairs_view in both operands: lane (g, t)
                     # reads rows 2t, 2t + 1, whose swizzle spreads the warp's h_hist^T loads
                     # over 32 banks (2-way conflicts at rows t) and the [da|du]^T loads too
-                    # (2-way at pitch 2D + 4 before)
+                    # (2-way at pitch 2D + 4 before). h_hist's bits go in as they are (a_rounded:
+                    # no cvt.rna), so the tensor cores truncate it (see the class docstring)
                     _mma_smem(tiled, thr, acc_dw, _k_pairs_view(sHistT), _k_pairs_view(sAUt), True,
                               a_rounded=True, b_rounded=True)
                 else:
