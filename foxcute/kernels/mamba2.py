@@ -1282,7 +1282,6 @@ class FusedBackward(_TileCopies):
             if const_expr(not self.rows_resident):
                 self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
             for kc in cutlass.range(n_chunks, unroll=1):
-                sHistChunk = self.hist_chunk(sHist, kc)
                 for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
                     if kc == j:
                         cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
@@ -1319,7 +1318,7 @@ class FusedBackward(_TileCopies):
                         self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
                                          rW, rH, rWC, rDout, self.tf32)
                 if const_expr(not self.tf32):
-                    _mma_smem(tiled_au, thr_au, acc, sHistChunk, sWt, False)
+                    _mma_smem(tiled_au, thr_au, acc, self.hist_chunk(sHist, kc), sWt, False)
                 self.c_product.accumulate(c_acc, sHk, sWCk, tid)
                 for p in cutlass.range_constexpr(self.pairs):
                     pair = tid + p * THREADS
