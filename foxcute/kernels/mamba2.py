@@ -887,7 +887,7 @@ class FusedBackward(_TileCopies):
     Then h_hist no longer rounded to nearest TF32 in place: its products (a|u recomputed, dW)
     read it as cp.async wrote it and the tensor cores truncate it, a relative error of up to
     2^-10 an element, biased toward zero (rounding: up to 2^-11, unbiased). The in-place pass
-    (a load, 4 roundings and a store per float4, 32 KB a tile) was 3.5 us of the 98 us kernel
+    (a load, 4 roundings and a store per float4, 64 KB a tile at the defaults) was 3.5 us of the 98 us kernel
     in the leave-one-out above; predicted here -2..3.5 us, and the dW and recomputed-gate
     errors up by about 2^-11 relative (~5e-4), within the 2e-3 tolerance. Measured (H200,
     foxcute.compare, the backward graph-replayed, same call, 2 rounds): 87.8 / 87.6 -> 82.2 /
