@@ -1,7 +1,7 @@
 """foxcute: CuTe DSL kernels for the seven GPU hot spots of a DQN trading trainer.
 
 Every layer module offers `backend="reference"` (float64 NumPy, the contract of
-shared spec LAYERS.md) and the GPU backends built so far. Importing foxcute loads no GPU
+docs/layers.md) and the GPU backends "cute" and "naive" (foxcute.BACKENDS). Importing foxcute loads no GPU
 library; the CuTe DSL, cupy and torch are imported when a GPU backend is first used.
 """
 
@@ -11,14 +11,14 @@ import importlib
 from typing import Any
 
 from ._arrays import BackendError, FoxcuteInputError
+from ._layer import BACKENDS
 from .reduction import column_sum
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("mamba2", "q_denoise", "kan", "curiosity", "risk_budget", "reduction",
-                 "timing", "step", "runner")
+_LAZY_MODULES = ("mamba2", "q_denoise", "kan", "curiosity", "risk_budget", "reduction", "step", "lab")
 
-__all__ = ["BackendError", "FoxcuteInputError", "column_sum", "__version__", *_LAZY_MODULES]
+__all__ = ["BACKENDS", "BackendError", "FoxcuteInputError", "column_sum", "__version__", *_LAZY_MODULES]
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from . import runner
+from .lab import runner
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,12 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a folder of its own for the DSL's kept PTX files: two checkouts hashed at once would
         # otherwise write the same file names in the default one
         os.environ.setdefault("CUTE_DSL_DUMP_DIR", tempfile.mkdtemp(prefix="foxcute-ptx-"))
-        from . import benchmarks
+        from .lab import benchmarks
 
         print(json.dumps(benchmarks.ptx_digests(args.modules), indent=1, sort_keys=True))
         return 0
     if args.command == "check-run":
-        from . import provenance
+        from .lab import provenance
 
         failed = 0
         for run_dir in args.run_dirs:

@@ -11,6 +11,7 @@ naive_curiosity where those exist.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,11 +28,19 @@ class CuriosityGrads(NamedTuple):
     ds: Any
 
 
+def kernel_modules() -> dict[str, ModuleType]:
+    """The GPU backends' kernel modules: "cute" foxcute.kernels.curiosity, "naive"
+    foxcute.kernels.naive_curiosity (imported on first use: they load the CuTe DSL)."""
+    from .kernels import curiosity as cute_kernels, naive_curiosity as naive_kernels
+
+    return {"cute": cute_kernels, "naive": naive_kernels}
+
+
 def forward_backward(s, a, s_next, W1, b1, W2, b2, *, backend="reference", precision="tf32"):
     """(loss, r [B], CuriosityGrads): the gradients are those of loss. From the reference
     backend loss is a Python float; from a GPU backend a 1-element device array."""
     where = "foxcute.curiosity.forward_backward"
-    chk = _layer.start(where, "curiosity", backend, precision)
+    chk = _layer.start(where, backend, precision)
     chk.array("s", s, ("B", "F"))
     chk.array("a", a, ("B",), dtype="int")
     chk.array("s_next", s_next, ("B", "F"))
@@ -47,7 +56,7 @@ def forward_backward(s, a, s_next, W1, b1, W2, b2, *, backend="reference", preci
     if backend == "reference":
         s, s_next, W1, b1, W2, b2 = to_float64(s, s_next, W1, b1, W2, b2)
         return reference_forward_backward(s, a, s_next, W1, b1, W2, b2)
-    kernel, options = _layer.kernel_module("curiosity", backend, chk, precision=precision)
+    kernel, options = _layer.kernel_module(kernel_modules, backend, chk, precision=precision)
     loss, r, *grads = kernel.forward_backward(s, a, s_next, W1, b1, W2, b2, **options)
     return loss, r, CuriosityGrads(*grads)
 

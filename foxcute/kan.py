@@ -10,6 +10,7 @@ G is not passed: it is C.shape[1] // I, and C.shape[1] must be a multiple of I w
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,6 +27,14 @@ class KanGrads(NamedTuple):
     dx: Any
 
 
+def kernel_modules() -> dict[str, ModuleType]:
+    """The GPU backends' kernel modules: "cute" foxcute.kernels.kan, "naive"
+    foxcute.kernels.naive_kan (imported on first use: they load the CuTe DSL)."""
+    from .kernels import kan as cute_kernels, naive_kan as naive_kernels
+
+    return {"cute": cute_kernels, "naive": naive_kernels}
+
+
 def rbf_grid(G: int) -> tuple[np.ndarray, float]:
     """The basis centres mu [G] (float64) and the common width delta."""
     return np.linspace(GRID_LO, GRID_HI, G), (GRID_HI - GRID_LO) / (G - 1)
@@ -36,7 +45,7 @@ def forward(x, C, Wb, *, backend="reference", precision="tf32"):
     chk = _check("foxcute.kan.forward", backend, precision, x, C, Wb)
     if backend == "reference":
         return reference_forward(*to_float64(x, C, Wb))
-    kernel, options = _layer.kernel_module("kan", backend, chk, precision=precision)
+    kernel, options = _layer.kernel_module(kernel_modules, backend, chk, precision=precision)
     return kernel.forward(x, C, Wb, **options)
 
 
@@ -46,12 +55,12 @@ def backward(dy, x, C, Wb, *, backend="reference", precision="tf32") -> KanGrads
     chk.array("dy", dy, ("B", "O"))
     if backend == "reference":
         return reference_backward(*to_float64(dy, x, C, Wb))
-    kernel, options = _layer.kernel_module("kan", backend, chk, precision=precision)
+    kernel, options = _layer.kernel_module(kernel_modules, backend, chk, precision=precision)
     return KanGrads(*kernel.backward(dy, x, C, Wb, **options))
 
 
 def _check(where, backend, precision, x, C, Wb) -> Checker:
-    chk = _layer.start(where, "kan", backend, precision)
+    chk = _layer.start(where, backend, precision)
     chk.array("x", x, ("B", "I"))
     chk.array("C", C, ("O", "I*G"))
     chk.dim_multiple("I*G", chk.dims["I"], "C holds G basis coefficients for each of the I inputs")

@@ -12,6 +12,7 @@ derivation notebook and the tests) that it is not the gradient of the forward.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,6 +36,14 @@ class Mamba2Grads(NamedTuple):
     dh: Any
 
 
+def kernel_modules() -> dict[str, ModuleType]:
+    """The GPU backends' kernel modules: "cute" foxcute.kernels.mamba2, "naive"
+    foxcute.kernels.naive_mamba2 (imported on first use: they load the CuTe DSL)."""
+    from .kernels import mamba2 as cute_kernels, naive_mamba2 as naive_kernels
+
+    return {"cute": cute_kernels, "naive": naive_kernels}
+
+
 def forward(h_hist, h, W_A, W_B, W_C, w=None, sigma=1.0, *, backend="reference", impl="fused",
             precision="tf32"):
     """out [B, SH2] = h + ctx[:, None] * w[None, :]. w=None means ones of SH2."""
@@ -42,7 +51,7 @@ def forward(h_hist, h, W_A, W_B, W_C, w=None, sigma=1.0, *, backend="reference",
     chk, w, sigma = _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma)
     if backend == "reference":
         return reference_forward(*to_float64(h_hist, h, W_A, W_B, W_C, w), sigma)
-    kernel, options = _layer.kernel_module("mamba2", backend, chk, impl=impl, precision=precision)
+    kernel, options = _layer.kernel_module(kernel_modules, backend, chk, impl=impl, precision=precision)
     return kernel.forward(h_hist, h, W_A, W_B, W_C, w, sigma, **options)
 
 
@@ -53,14 +62,14 @@ def backward(dout, h_hist, h, W_A, W_B, W_C, w=None, sigma=1.0, *, backend="refe
     chk, w, sigma = _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma, dout=dout)
     if backend == "reference":
         return reference_backward(*to_float64(dout, h_hist, h, W_A, W_B, W_C, w), sigma)
-    kernel, options = _layer.kernel_module("mamba2", backend, chk, impl=impl, precision=precision)
+    kernel, options = _layer.kernel_module(kernel_modules, backend, chk, impl=impl, precision=precision)
     return Mamba2Grads(*kernel.backward(dout, h_hist, h, W_A, W_B, W_C, w, sigma, **options))
 
 
 def _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma, dout=None):
     """Validates the inputs (dout too for the backward); only then returns the Checker,
     w (ones of SH2 of the inputs' kind when None) and sigma as a float."""
-    chk = _layer.start(where, "mamba2", backend, precision)
+    chk = _layer.start(where, backend, precision)
     check_choice(where, "impl", impl, IMPLS)
     chk.array("h_hist", h_hist, ("B", "K", "SH2"))
     chk.array("h", h, ("B", "SH2"))

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,11 +25,19 @@ class QDenoiseGrads(NamedTuple):
     dq: Any
 
 
+def kernel_modules() -> dict[str, ModuleType]:
+    """The GPU backends' kernel modules: "cute" foxcute.kernels.q_denoise, "naive"
+    foxcute.kernels.naive_q_denoise (imported on first use: they load the CuTe DSL)."""
+    from .kernels import q_denoise as cute_kernels, naive_q_denoise as naive_kernels
+
+    return {"cute": cute_kernels, "naive": naive_kernels}
+
+
 def loss_and_grads(q, q_target, W1, b1, W2, b2, *, backend="reference", precision="tf32"):
     """(loss, QDenoiseGrads). From the reference backend loss is a Python float; from a GPU
     backend a 1-element device array (no host sync)."""
     where = "foxcute.q_denoise.loss_and_grads"
-    chk = _layer.start(where, "q_denoise", backend, precision)
+    chk = _layer.start(where, backend, precision)
     chk.array("q", q, ("B", "A"))
     chk.array("q_target", q_target, ("B", "A"))
     chk.array("W1", W1, ("H", "A"))
@@ -37,7 +46,7 @@ def loss_and_grads(q, q_target, W1, b1, W2, b2, *, backend="reference", precisio
     chk.array("b2", b2, ("A",))
     if backend == "reference":
         return reference_loss_and_grads(*to_float64(q, q_target, W1, b1, W2, b2))
-    kernel, options = _layer.kernel_module("q_denoise", backend, chk, precision=precision)
+    kernel, options = _layer.kernel_module(kernel_modules, backend, chk, precision=precision)
     loss, *grads = kernel.loss_and_grads(q, q_target, W1, b1, W2, b2, **options)
     return loss, QDenoiseGrads(*grads)
 

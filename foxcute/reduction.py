@@ -7,6 +7,7 @@ are foxcute.kernels.column_sum ("cute") and foxcute.kernels.naive_column_sum ("n
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -14,25 +15,28 @@ import numpy as np
 from . import _layer
 from ._arrays import Checker, check_backend
 
-LAYER = "column_sum"  # the kernel modules' name for this layer
 MAX_N = 4096  # columns a CTA's threads hold in registers
 
 
-def offered_backends() -> tuple[str, ...]:
-    return _layer.offered_backends(LAYER)
+def kernel_modules() -> dict[str, ModuleType]:
+    """The GPU backends' kernel modules: "cute" foxcute.kernels.column_sum, "naive"
+    foxcute.kernels.naive_column_sum (imported on first use: they load the CuTe DSL)."""
+    from .kernels import column_sum as cute_kernels, naive_column_sum as naive_kernels
+
+    return {"cute": cute_kernels, "naive": naive_kernels}
 
 
 def column_sum(G: Any, *, backend: str = "reference") -> Any:
     """Sum of G over its rows: out[n] = sum_m G[m, n], accumulated in float32 on the GPU,
     float64 in the reference. Bit-identical from run to run on every backend."""
     where = "foxcute.column_sum"
-    check_backend(where, backend, offered_backends())
+    check_backend(where, backend, _layer.BACKENDS)
     chk = Checker(where, gpu=backend != "reference")
     chk.array("G", G, ("M", "N"))
     chk.dim_range("N", 1, MAX_N, "columns a CTA's threads hold in registers")
     if backend == "reference":
         return reference(G)
-    kernel, _ = _layer.kernel_module(LAYER, backend, chk)
+    kernel, _ = _layer.kernel_module(kernel_modules, backend, chk)
     return kernel.column_sum(G)
 
 

@@ -8,16 +8,26 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
 from . import _layer
 from ._arrays import to_float64
 
 
+def kernel_modules() -> dict[str, ModuleType]:
+    """The GPU backends' kernel modules: "cute" foxcute.kernels.risk_budget, "naive"
+    foxcute.kernels.naive_risk_budget (imported on first use: they load the CuTe DSL)."""
+    from .kernels import risk_budget as cute_kernels, naive_risk_budget as naive_kernels
+
+    return {"cute": cute_kernels, "naive": naive_kernels}
+
+
 def forward(h, isv, e, W1, b1, w2, b2, *, backend="reference", precision="tf32"):
     """risk [B] in (0, 1). h [B, SH2], isv [I], e [B], W1 [H, SH2+I+1], b1 [H], w2 [H], b2 scalar."""
     where = "foxcute.risk_budget.forward"
-    chk = _layer.start(where, "risk_budget", backend, precision)
+    chk = _layer.start(where, backend, precision)
     chk.array("h", h, ("B", "SH2"))
     chk.array("isv", isv, ("I",))
     chk.array("e", e, ("B",))
@@ -31,7 +41,7 @@ def forward(h, isv, e, W1, b1, w2, b2, *, backend="reference", precision="tf32")
     b2 = chk.scalar("b2", b2)
     if backend == "reference":
         return reference_forward(*to_float64(h, isv, e, W1, b1, w2), b2)
-    kernel, options = _layer.kernel_module("risk_budget", backend, chk, precision=precision)
+    kernel, options = _layer.kernel_module(kernel_modules, backend, chk, precision=precision)
     return kernel.forward(h, isv, e, W1, b1, w2, b2, **options)
 
 

@@ -17,13 +17,12 @@ what a CUDA graph can capture: the public curiosity function reads the action in
 to check their range, a device sync that capture forbids, so the arguments are validated by
 one `run` first. `capture` records the cute step in a torch CUDA graph to be replayed.
 The step is split into PARTS, named after the rows of the trainer's profile, for the
-per-kernel breakdown (foxcute.breakdown).
+per-kernel breakdown (foxcute.lab.breakdown).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable, Sequence
 
 import numpy
@@ -66,12 +65,6 @@ class StepSizes:
     def F(self) -> int:
         """The curiosity model's state size: its state is the Mamba2 output."""
         return self.SH2
-
-
-def offered_backends() -> tuple[str, ...]:
-    """The backends every layer of the step offers (column_sum included)."""
-    offered = [_layer.offered_backends(layer) for layer in _LAYERS] + [reduction.offered_backends()]
-    return tuple(b for b in offered[0] if all(b in layer for layer in offered[1:]))
 
 
 def make_inputs(sizes: StepSizes, rng: numpy.random.Generator, xp: Any = numpy) -> dict[str, dict[str, Any]]:
@@ -196,40 +189,42 @@ class _KernelLayers:
     def __init__(self, backend: str, precision: str, impl: str):
         if backend == "reference":
             raise ValueError("foxcute.step: the kernel path needs a GPU backend, got 'reference'")
-        self.modules = {layer: importlib.import_module(_layer._KERNEL_MODULE[backend].format(layer=layer))
-                        for layer in (*_LAYERS, reduction.LAYER)}
-        self.options = {} if backend == "naive" else dict(precision=precision)
-        self.mamba2_options = {} if backend == "naive" else dict(precision=precision, impl=impl)
+        self.modules = {layer: module.kernel_modules()[backend] for layer, module in
+                        (("mamba2", mamba2), ("curiosity", curiosity), ("risk_budget", risk_budget),
+                         ("q_denoise", q_denoise), ("kan", kan), ("column_sum", reduction))}
+        options = dict(precision=precision, impl=impl)
+        self.options = {layer: module.CONTRACT.take(options) for layer, module in self.modules.items()}
 
     def _mamba2_args(self, m):
         return (m["h_hist"], m["h"], m["W_A"], m["W_B"], m["W_C"], m["w"], float(m["sigma"]))
 
     def mamba2_forward(self, m):
-        return self.modules["mamba2"].forward(*self._mamba2_args(m), **self.mamba2_options)
+        return self.modules["mamba2"].forward(*self._mamba2_args(m), **self.options["mamba2"])
 
     def mamba2_backward(self, dout, m):
         return mamba2.Mamba2Grads(*self.modules["mamba2"].backward(dout, *self._mamba2_args(m),
-                                                                   **self.mamba2_options))
+                                                                   **self.options["mamba2"]))
 
     def curiosity(self, s, c):
         loss, r, *grads = self.modules["curiosity"].forward_backward(
-            s, c["a"], c["s_next"], c["W1"], c["b1"], c["W2"], c["b2"], **self.options)
+            s, c["a"], c["s_next"], c["W1"], c["b1"], c["W2"], c["b2"], **self.options["curiosity"])
         return loss, r, curiosity.CuriosityGrads(*grads)
 
     def risk_budget(self, h, e, rb):
         return self.modules["risk_budget"].forward(h, rb["isv"], e, rb["W1"], rb["b1"], rb["w2"],
-                                                   float(rb["b2"]), **self.options)
+                                                   float(rb["b2"]), **self.options["risk_budget"])
 
     def q_denoise(self, qd):
         loss, *grads = self.modules["q_denoise"].loss_and_grads(
-            qd["q"], qd["q_target"], qd["W1"], qd["b1"], qd["W2"], qd["b2"], **self.options)
+            qd["q"], qd["q_target"], qd["W1"], qd["b1"], qd["W2"], qd["b2"], **self.options["q_denoise"])
         return loss, q_denoise.QDenoiseGrads(*grads)
 
     def column_sum(self, G):
-        return self.modules[reduction.LAYER].column_sum(G)
+        return self.modules["column_sum"].column_sum(G, **self.options["column_sum"])
 
     def kan_backward(self, k):
-        return kan.KanGrads(*self.modules["kan"].backward(k["dy"], k["x"], k["C"], k["Wb"], **self.options))
+        return kan.KanGrads(*self.modules["kan"].backward(k["dy"], k["x"], k["C"], k["Wb"],
+                                                          **self.options["kan"]))
 
 
 def _named(prefix: str, grads: Any) -> dict[str, Any]:
@@ -276,7 +271,7 @@ def _parts(layers: _PublicLayers | _KernelLayers, inputs: dict[str, dict[str, An
 def run(inputs: dict[str, dict[str, Any]], *, backend: str = "reference", precision: str = "tf32",
         impl: str = "fused") -> dict[str, Any]:
     """Runs one step on `make_inputs`'s inputs; returns every output by "layer.name"."""
-    check_backend("foxcute.step.run", backend, offered_backends())
+    check_backend("foxcute.step.run", backend, _layer.BACKENDS)
     out: dict[str, Any] = {}
     for _, part in _parts(_PublicLayers(backend, precision, impl), inputs, out):
         part()

@@ -1,10 +1,10 @@
-"""foxcute.compare: its argument checks on any machine; an A/B of a tree against itself on
+"""foxcute.lab.compare: its argument checks on any machine; an A/B of a tree against itself on
 the GPU."""
 from pathlib import Path
 
 import pytest
 
-from foxcute import compare, provenance
+from foxcute.lab import compare, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,8 @@ capturable in a CUDA graph; sizes TMA cannot take refused by name before anythin
 import numpy as np
 import pytest
 
-from foxcute import FoxcuteInputError, timing
+from foxcute import FoxcuteInputError
+from foxcute.lab import timing
 from foxcute.checks import TOLERANCE, rel_err
 from foxcute.peers import cutlass_gemm
 

@@ -117,7 +117,7 @@ def test_cupy_graph_replay_of_backward_updates_grads(rng, precision):
     # In a graph, tf32: one launch whose tickets are reset by its finishers for the next replay;
     # fp32: the grad reduce is a programmatic dependent launch of the backward kernel and must
     # still see every partial of the replay it belongs to.
-    from foxcute import timing
+    from foxcute.lab import timing
 
     inputs = {k: cp.asarray(v) for k, v in random_inputs(rng, 8192, 32, 32, 8).items()}
     dy = cp.asarray(rng.standard_normal((8192, 32), dtype=np.float32))

@@ -6,7 +6,8 @@ capture whose replay follows new inputs."""
 import numpy as np
 import pytest
 
-from foxcute import FoxcuteInputError, benchmarks, mamba2
+from foxcute import FoxcuteInputError, mamba2
+from foxcute.lab import benchmarks
 from foxcute.checks import TOLERANCE, rel_err
 
 pytestmark = pytest.mark.gpu

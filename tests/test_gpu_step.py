@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxcute import breakdown, step
+from foxcute import step
+from foxcute.lab import breakdown
 from foxcute.checks import TOLERANCE, to_numpy
 
 pytestmark = pytest.mark.gpu

@@ -8,7 +8,8 @@ import sys
 import nbformat
 import pytest
 
-from foxcute import cli, provenance, runner
+from foxcute import cli
+from foxcute.lab import provenance, runner
 
 NOTEBOOKS = runner.notebooks()
 RECORD_KEYS = {"layer", "impl", "pass", "params", "time_us", "floor_us", "rel_err"}

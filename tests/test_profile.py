@@ -1,6 +1,6 @@
-"""foxcute.profile's command line (profiling itself needs the GPU machine)."""
+"""foxcute.lab.profile's command line (profiling itself needs the GPU machine)."""
 
-from foxcute import benchmarks, profile
+from foxcute.lab import benchmarks, profile
 
 
 def test_list_names_every_case(capsys):

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from foxcute import cli, provenance
+from foxcute import cli
+from foxcute.lab import provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

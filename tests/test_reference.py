@@ -266,7 +266,7 @@ def test_dsigma_term_norm_is_the_norm_of_the_terms_dsigma_sums(rng, B, K, SH2, D
 
 
 def test_output_errors_measure_dsigma_against_its_terms_and_the_rest_plainly(rng):
-    from foxcute import benchmarks
+    from foxcute.lab import benchmarks
 
     case = next(c for c in benchmarks.CASES if (c.layer, c.pass_) == ("mamba2", "backward"))
     inputs = case.make(rng, case.odd_sizes)
@@ -365,7 +365,7 @@ def test_gemm_cases_are_the_seed_products_with_their_peers(rng):
     (where it builds) and the torch peer (where torch is) as the implementations offered."""
     import importlib.util
 
-    from foxcute import benchmarks
+    from foxcute.lab import benchmarks
     from foxcute.peers import cutlass_gemm
 
     m2 = next(c for c in benchmarks.CASES if c.layer == "mamba2").sizes

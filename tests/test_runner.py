@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from foxcute import runner
+from foxcute.lab import runner
 
 
 def write_notebook(folder: Path, name: str, *cells: str) -> Path:
@@ -132,7 +132,7 @@ def test_unknown_notebook_and_preset_are_rejected():
 def test_graph_timing_measures_a_captured_kernel_and_rejects_a_missed_capture():
     import cupy
 
-    from foxcute import timing
+    from foxcute.lab import timing
 
     x = cupy.arange(1 << 22, dtype=cupy.float32)
 
@@ -155,20 +155,20 @@ def test_graph_timing_measures_a_captured_kernel_and_rejects_a_missed_capture():
 
 @pytest.mark.gpu
 def test_copy_bandwidth_is_plausible():
-    from foxcute import timing
+    from foxcute.lab import timing
 
     assert 0.1 < timing.copy_bandwidth_TBps(1 << 28, reps=5) < 20  # TB/s: any real GPU lies here
 
 
 @pytest.mark.gpu
 def test_launch_floor_is_plausible():
-    from foxcute import timing
+    from foxcute.lab import timing
 
     assert 0.5 < timing.launch_floor_us(reps=5, calls_per_rep=3) < 100  # us: one graph replay, any real GPU
 
 
 def test_floor_is_bytes_over_bandwidth():
-    from foxcute import timing
+    from foxcute.lab import timing
 
     assert timing.floor_us(4.25e6, 4.25) == pytest.approx(1.0)  # 4.25 MB at 4.25 TB/s
     assert timing.floor_us(2e6, 1.0) == pytest.approx(2.0)

@@ -1,6 +1,6 @@
-"""foxcute.sanitize's command line (the sanitizer runs themselves need the GPU machine)."""
+"""foxcute.lab.sanitize's command line (the sanitizer runs themselves need the GPU machine)."""
 
-from foxcute import sanitize
+from foxcute.lab import sanitize
 
 
 def test_an_unknown_layer_is_refused_before_any_kernel_runs(capsys):

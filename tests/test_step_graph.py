@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from foxcute import breakdown, step
-from foxcute.breakdown import KernelEvent
+from foxcute import step
+from foxcute.lab import breakdown
+from foxcute.lab.breakdown import KernelEvent
 
 SIZES = step.StepSizes(B=6, K=3, SH2=10, D=4, Q=5, A_q=5, H_q=7, A=3, H_c=9, I_risk=4, H_risk=6,
                        I_kan=3, O_kan=4, G_kan=5, H_iqn=11)
@@ -295,7 +296,7 @@ def test_kernel_path_calls_every_kernel_function_as_its_signature_says(inputs, m
 def test_marginal_costs_take_each_variants_median_and_subtract_from_the_whole_step(monkeypatch):
     # Fake steps whose time says which parts they launch: part i costs 10 * (i + 1) us, plus
     # a round-dependent offset that the median over three rounds must remove.
-    from foxcute import timing
+    from foxcute.lab import timing
 
     cost = {part: 10.0 * (i + 1) for i, part in enumerate(step.PARTS)}
     timed = []

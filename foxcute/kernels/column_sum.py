@@ -45,6 +45,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from .. import _arrays
+from .._layer import KernelContract
 from . import _cute
 
 MAX_VECS_PER_THREAD = 2  # with Kahan compensation, 4 floats of state per float4: no spills
@@ -256,6 +257,9 @@ def compile_args() -> tuple:
 def _compile(n: int, keep: bool = False, dependent: bool = False) -> Any:
     return _compiled.get((n, keep, dependent),
                          lambda: _cute.compile_kernel(_config(n, dependent), *compile_args(), keep=keep))
+
+
+CONTRACT = KernelContract(passes=("column_sum",))  # float32 adds in a fixed order: no options
 
 
 def check_sizes(chk: _arrays.Checker) -> None:

@@ -109,6 +109,7 @@ from cutlass.cutlass_dsl import T
 from cutlass.cute.nvgpu import warpgroup
 
 from .. import _arrays
+from .._layer import PRECISIONS, KernelContract
 from . import _cute, _wgmma
 from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, issue_chunk, kmajor_weight_grads_into, mma_chunks, relu,
                    round_tf32, rows_view, staging_by_rows, start_chunks, weight_grads_into)
@@ -1401,6 +1402,9 @@ def _compile_weight_prep(f: int, h: int, num_actions: int, precision: str, keep:
     key = ("weight_prep", f, h, num_actions, precision, keep)
     return _compiled.get(key, lambda: _cute.compile_kernel(
         *weight_prep_compile_args(f, h, num_actions, precision), keep=keep))
+
+
+CONTRACT = KernelContract(passes=("forward_backward",), options={"precision": PRECISIONS})
 
 
 def check_sizes(chk: _arrays.Checker) -> None:

@@ -42,10 +42,13 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import warpgroup
 
 from .. import _arrays
+from .._layer import KernelContract
 from . import _cute, _wgmma
 
 EPILOGUES = ("none", "bias_relu", "sigmoid", "row_dot", "residual")
 PRECISIONS = ("tf32", "fp32")
+# Not a layer: the seed Mamba2 design's products, also timed alone (lab.benchmarks.GEMM_CASES)
+CONTRACT = KernelContract(passes=("matmul", "weight_grad"), options={"precision": PRECISIONS})
 MODE = {"tf32": "tf32", "fp32": "ffma"}  # precision -> tile_mma mode
 MAX_DIM = 512  # N and K: the widest layer of the trainer; tiles and grids are sized for it
 MAX_ROWS = 2**31 // MAX_DIM  # M: layouts index with 32-bit integers

@@ -97,6 +97,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.memory import SmemAllocator
 
 from .. import _arrays
+from .._layer import PRECISIONS, KernelContract
 from . import _cute
 
 THREADS = 256
@@ -1158,6 +1159,9 @@ def smem_bytes(I: int, O: int, G: int) -> int:
 def fp32_accumulators(I: int, O: int, G: int) -> int:
     """Most float accumulators one thread of the fp32 kernels holds (dWcat and dfeat tiles)."""
     return max(_ceil(O, 8) * _ceil((G + 1) * I, 32), 4 * (G + 1))
+
+
+CONTRACT = KernelContract(passes=("forward", "backward"), options={"precision": PRECISIONS})
 
 
 def check_sizes(chk: _arrays.Checker) -> None:

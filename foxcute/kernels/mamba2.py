@@ -78,6 +78,7 @@ from cutlass import Float32, Int32, const_expr  # noqa: E402
 from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
 from .._arrays import Checker, FoxcuteInputError, array_kind, empty, side_lane, sm_count  # noqa: E402
+from .._layer import KernelContract  # noqa: E402
 from . import _wgmma  # noqa: E402
 from .gemm import load_bits, load_tf32, store_pair, tf32_operand  # noqa: E402
 
@@ -92,6 +93,8 @@ MAX_K = 16
 MAX_SH2 = 512
 SMEM_PER_SM = 228 * 1024 - 2 * 1024  # per SM, less 1 KB the driver reserves per CTA
 DEFAULTS = dict(B=8192, K=8, SH2=256, D=16)
+CONTRACT = KernelContract(passes=("forward", "backward"), options={"impl": IMPLS, "precision": PRECISIONS},
+                          sized_by=("impl",))
 
 
 def check_sizes(chk: Checker, impl: str) -> None:

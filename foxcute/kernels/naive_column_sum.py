@@ -7,7 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from .._arrays import Checker
+from .._layer import KernelContract
 from . import _naive
+
+
+CONTRACT = KernelContract(passes=("column_sum",))  # plain FFMA float32: no options
 
 
 def check_sizes(chk: Checker) -> None:

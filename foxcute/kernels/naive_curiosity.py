@@ -15,8 +15,12 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from .._arrays import Checker, empty
+from .._layer import KernelContract
 from . import _cute, _naive
 from ._naive import CHUNK_ROWS, launch, relu, row_major, thread_index
+
+
+CONTRACT = KernelContract(passes=("forward_backward",))  # plain FFMA float32: no options
 
 
 def check_sizes(chk: Checker) -> None:

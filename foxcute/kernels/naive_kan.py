@@ -14,11 +14,15 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from .._arrays import Checker, empty
+from .._layer import KernelContract
 from . import _cute, _naive
 from ._naive import launch, row_major, sigmoid, thread_index
 
 GRID_LO = -2.0  # centres mu_g = GRID_LO + g * delta, delta = 4 / (G - 1): linspace(-2, 2, G)
 GRID_SPAN = 4.0
+
+
+CONTRACT = KernelContract(passes=("forward", "backward"))  # plain FFMA float32: no options
 
 
 def check_sizes(chk: Checker) -> None:

@@ -10,8 +10,12 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from .._arrays import Checker, empty
+from .._layer import KernelContract
 from . import _cute, _naive
 from ._naive import launch, relu, row_major, sigmoid, thread_index
+
+
+CONTRACT = KernelContract(passes=("forward",))  # plain FFMA float32: no options
 
 
 def check_sizes(chk: Checker) -> None:

@@ -67,6 +67,7 @@ from cutlass import Float32, Int32
 from cutlass.memory import SmemAllocator
 
 from .. import _arrays
+from .._layer import PRECISIONS, KernelContract
 from . import _cute
 
 THREADS = 256
@@ -390,6 +391,9 @@ def _compile(A: int, H: int, keep: bool = False, spread: bool = False) -> Any:
         kernel, args = _kernel_and_args(A, H, spread)
         return _cute.compile_kernel(kernel, *args, keep=keep)
     return _compiled.get((A, H, keep, spread), build)
+
+
+CONTRACT = KernelContract(passes=("loss_and_grads",), options={"precision": PRECISIONS})
 
 
 def check_sizes(chk: _arrays.Checker) -> None:

@@ -34,6 +34,7 @@ from cutlass import Float32, Int32
 from cutlass.memory import SmemAllocator
 
 from .. import _arrays
+from .._layer import PRECISIONS, KernelContract
 from . import _cute
 
 WARPS = 8
@@ -308,6 +309,9 @@ def _compile(sh2: int, i_dim: int, H: int, precision: str, keep: bool = False) -
         kernel, args = _kernel_and_args(sh2, i_dim, H, precision)
         return _cute.compile_kernel(kernel, *args, keep=keep)
     return _compiled.get((sh2, i_dim, H, precision, keep), build)
+
+
+CONTRACT = KernelContract(passes=("forward",), options={"precision": PRECISIONS})
 
 
 def check_sizes(chk: _arrays.Checker) -> None:

@@ -1,4 +1,4 @@
-"""foxcute's GEMM cases (foxcute.benchmarks.GEMM_CASES) in plain PyTorch: cuBLAS, TF32 when
+"""foxcute's GEMM cases (foxcute.lab.benchmarks.GEMM_CASES) in plain PyTorch: cuBLAS, TF32 when
 the caller allows it."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ is attributed to the part whose session saw it, so a kernel shared by several la
 column sum, the naive batch sum) is counted where it ran; no clock alignment is involved.
 Kernel device times come from the session's Chrome trace (events of category "kernel",
 "gpu_memset", "gpu_memcpy"). If the profiler records no device event at all, the fallback
-times each part as a whole with foxcute.timing.bench (CUDA-graph replays for cute, plain calls
+times each part as a whole with foxcute.lab.timing.bench (CUDA-graph replays for cute, plain calls
 for naive); the table's "method" column says which produced it.
 
 "share of step (%)" is a kernel's device time over the device time of all kernels of the
@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from . import step
-from ._arrays import array_kind
+from .. import step
+from .._arrays import array_kind
 
 PROFILER = "torch.profiler (CUPTI device activity)"
 BENCH = "timing.bench per part (no kernel events recorded)"
@@ -63,7 +63,7 @@ class KernelEvent:
 
 
 def _kernel_modules() -> list[str]:
-    from . import kernels
+    from .. import kernels
 
     return sorted((m.name for m in pkgutil.iter_modules(kernels.__path__)), key=len, reverse=True)
 
@@ -192,7 +192,7 @@ def step_breakdown(inputs: dict[str, dict[str, Any]], *, backend: str, precision
     step.to_device(..., "torch")) with backend "naive" or "cute"."""
     library = array_kind(inputs["mamba2"]["h"])
     if library != "torch":
-        raise ValueError("foxcute.breakdown: the inputs must be torch CUDA tensors (the profiler is torch's)")
+        raise ValueError("foxcute.lab.breakdown: the inputs must be torch CUDA tensors (the profiler is torch's)")
     parts, _ = step.kernel_parts(inputs, backend=backend, precision=precision, impl=impl)
     for _, run_part in parts:  # one untimed pass: lazy module loads and allocator growth
         run_part()
@@ -214,7 +214,7 @@ def marginal_costs(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32"
     from . import timing
 
     if array_kind(inputs["mamba2"]["h"]) != "torch":
-        raise ValueError("foxcute.breakdown.marginal_costs: the inputs must be torch CUDA tensors")
+        raise ValueError("foxcute.lab.breakdown.marginal_costs: the inputs must be torch CUDA tensors")
     variants = {"step": ()}
     for part in step.PARTS:
         variants[("without", part)] = (part,)
@@ -293,9 +293,9 @@ def _step_function(name: str, device: dict[str, dict[str, Any]], precision: str,
         fn = step.kernel_step(device, backend=backend, precision=precision, impl=impl, lanes=name == "cute")
         return fn, backend == "cute"
     if name not in _TORCH_MODES:
-        raise ValueError(f"foxcute.breakdown: unknown step implementation {name!r}; known: "
+        raise ValueError(f"foxcute.lab.breakdown: unknown step implementation {name!r}; known: "
                          f"naive, cute, cute_one_stream, {', '.join(_TORCH_MODES)}")
-    from .peers.step import Step
+    from ..peers.step import Step
 
     peer = Step(_TORCH_MODES[name], precision)
     return (lambda: peer(device)), False

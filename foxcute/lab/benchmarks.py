@@ -13,13 +13,15 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
 
-from . import _layer, mamba2, q_denoise, kan, curiosity, risk_budget, reduction
-from .checks import rel_err, to_numpy
+from .. import curiosity, kan, mamba2, q_denoise, reduction, risk_budget
+from ..checks import rel_err, to_numpy
 
 F32 = 4  # bytes per float32 / int32
 
@@ -188,9 +190,20 @@ _MODULES = {"mamba2": mamba2, "q_denoise": q_denoise, "kan": kan, "curiosity": c
             "risk_budget": risk_budget, "column_sum": reduction}
 
 
-def offered_backends(layer: str) -> tuple[str, ...]:
-    """"reference" and the GPU backends whose kernel module for `layer` exists."""
-    return _layer.offered_backends(layer)
+def layer_kernels(layer: str) -> dict[str, ModuleType]:
+    """A case's kernel modules by GPU backend: the layer module's `kernel_modules()`; for the
+    "gemm" cases, foxcute.kernels.gemm as "cute" (it is not a layer: no naive kernel)."""
+    if layer == "gemm":
+        from ..kernels import gemm
+
+        return {"cute": gemm}
+    return _MODULES[layer].kernel_modules()
+
+
+def variants(case: Case, backend: str) -> list[dict[str, str]]:
+    """Every combination of the options that `backend`'s kernel module of `case` takes
+    (its CONTRACT), e.g. Mamba2's cute: impl x precision; one empty dict for none."""
+    return layer_kernels(case.layer)[backend].CONTRACT.variants()
 
 
 def flatten(result: Any) -> list[Any]:
@@ -204,12 +217,9 @@ def call_layer(case: Case, inputs: dict[str, Any], *, backend: str, precision: s
                impl: str | None = None) -> list[Any]:
     """The public layer function on `inputs` (NumPy for "reference", device arrays else)."""
     fn = getattr(_MODULES[case.layer], case.kernel_function)
-    kwargs: dict[str, Any] = {"backend": backend}
-    if case.layer != "column_sum":
-        kwargs["precision"] = precision
-    if impl is not None:
-        kwargs["impl"] = impl
-    return flatten(fn(*inputs.values(), **kwargs))
+    kwargs: dict[str, Any] = {"backend": backend, "precision": precision, "impl": impl}
+    taken = inspect.signature(fn).parameters  # column_sum has no precision, only Mamba2 an impl
+    return flatten(fn(*inputs.values(), **{k: v for k, v in kwargs.items() if k in taken and v is not None}))
 
 
 def reference(case: Case, inputs: dict[str, Any]) -> list[Any]:
@@ -258,34 +268,36 @@ class Impl:
     applies: Callable[[Case], bool] = field(default=lambda case: True)
 
 
-def _kernel_impl(module_name: str, **options: Any) -> Callable[[Case, dict[str, Any]], Callable[[], Any]]:
+def _kernel_impl(backend: str, **options: Any) -> Callable[[Case, dict[str, Any]], Callable[[], Any]]:
+    """The case's pass function of `backend`'s kernel module, with those of `options` that its
+    CONTRACT takes."""
     def make(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
-        module = importlib.import_module(f"foxcute.kernels.{module_name.format(layer=case.layer)}")
+        module = layer_kernels(case.layer)[backend]
         fn = getattr(module, case.kernel_function)
         args = list(x.values())
-        kwargs = {**options, **dict(case.kernel_kwargs)}
+        kwargs = {**module.CONTRACT.take(options), **dict(case.kernel_kwargs)}
         return lambda: fn(*args, **kwargs)
     return make
 
 
-def _kernel_exists(module_name: str) -> Callable[[Case], bool]:
-    return lambda case: importlib.util.find_spec(
-        f"foxcute.kernels.{module_name.format(layer=case.layer)}") is not None
+def _has_backend(backend: str) -> Callable[[Case], bool]:
+    return lambda case: backend in layer_kernels(case.layer)
+
+
+def _takes_impl(case: Case) -> bool:
+    return "impl" in layer_kernels(case.layer)["cute"].CONTRACT.options
 
 
 def impls() -> list[Impl]:
-    """Every GPU implementation whose code is present here (kernel modules that exist; torch
-    baselines when torch is importable)."""
-    found: list[Impl] = []
-    naive = "naive_{layer}"
-    found.append(Impl("naive", "cupy", _kernel_impl(naive), applies=_kernel_exists(naive)))
+    """Every GPU implementation whose code is present here: each kernel module (Mamba2's cute
+    one once per impl, all at TF32), the CUTLASS C++ GEMM where it builds, torch baselines
+    when torch is importable."""
+    found: list[Impl] = [Impl("naive", "cupy", _kernel_impl("naive"), applies=_has_backend("naive"))]
     for impl in mamba2.IMPLS:
-        found.append(Impl(f"cute_{impl}", "cupy", _kernel_impl("{layer}", impl=impl, precision="tf32"),
-                          applies=lambda c: c.layer == "mamba2" and _kernel_exists("{layer}")(c)))
-    found.append(Impl("cute", "cupy", _kernel_impl("{layer}", precision="tf32"),
-                      applies=lambda c: c.layer not in ("mamba2", "column_sum") and _kernel_exists("{layer}")(c)))
-    found.append(Impl("cute", "cupy", _kernel_impl("{layer}"),  # no precision: plain float32 adds
-                      applies=lambda c: c.layer == "column_sum" and _kernel_exists("{layer}")(c)))
+        found.append(Impl(f"cute_{impl}", "cupy", _kernel_impl("cute", impl=impl, precision="tf32"),
+                          applies=lambda c: _takes_impl(c)))
+    found.append(Impl("cute", "cupy", _kernel_impl("cute", precision="tf32"),
+                      applies=lambda c: not _takes_impl(c)))
     found.append(Impl("cutlass_cpp", "cupy", _cutlass_gemm, applies=_cutlass_applies))
     if importlib.util.find_spec("torch") is not None:
         found.extend(_torch_impls())
@@ -293,13 +305,13 @@ def impls() -> list[Impl]:
 
 
 def _cutlass_applies(case: Case) -> bool:
-    from .peers import cutlass_gemm
+    from ..peers import cutlass_gemm
 
     return case.layer == "gemm" and cutlass_gemm.unavailable() is None
 
 
 def _cutlass_gemm(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
-    from .peers import cutlass_gemm
+    from ..peers import cutlass_gemm
 
     plan = cutlass_gemm.Matmul if case.kernel_function == "matmul" else cutlass_gemm.WeightGrad
     return plan(*x.values())  # built (once per machine) and planned here

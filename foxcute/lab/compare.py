@@ -1,6 +1,6 @@
 """One layer pass on the GPU, compared between source trees (an A/B of a kernel change):
 
-    python -m foxcute.compare mamba2.backward --impl cute_fused --tree . --tree ../base
+    python -m foxcute.lab.compare mamba2.backward --impl cute_fused --tree . --tree ../base
 
 Each tree's foxcute runs in a subprocess of its own (this file run as a script, the tree
 first on sys.path, so a tree from before this tool works too), on the same inputs (the
@@ -10,7 +10,7 @@ timing.check_graph_replay), its largest relative error against float64 (the corr
 notebook's benchmarks.output_errors), whether repeated calls are bit-identical, and whether
 every output is bit-identical to the first tree's. Rounds alternate the trees (A B A B ...),
 so that a machine's drift shows as spread in each tree's times rather than as a difference
-between them. Cases and implementations are foxcute.benchmarks' (python -m foxcute.profile
+between them. Cases and implementations are foxcute.lab.benchmarks' (python -m foxcute.lab.profile
 --list prints them).
 """
 
@@ -33,11 +33,11 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-WORKER_TAG = "foxcute.compare:"  # marks the worker's one result line on its stdout
+WORKER_TAG = "foxcute.lab.compare:"  # marks the worker's one result line on its stdout
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m foxcute.compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m foxcute.lab.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("case", help="a case name, e.g. mamba2.backward or column_sum.forward[N=3]")
     parser.add_argument("--impl", help="an implementation name (default: the first cute one of the case)")
     parser.add_argument("--tree", action="append", default=[], type=Path,
@@ -55,13 +55,13 @@ def _digest(x) -> str:
 
 
 def select(benchmarks, case_name: str, impl_name: str | None) -> tuple:
-    """(case, implementation) by name from `benchmarks`, a foxcute.benchmarks module (in a
+    """(case, implementation) by name from `benchmarks`, a foxcute.lab.benchmarks module (in a
     worker the tree's own, which may predate this file: hence a parameter); the
     implementation by default the case's first cute one. ValueError naming what is there
     otherwise."""
     case = next((c for c in benchmarks.CASES if c.name == case_name), None)
     if case is None:
-        raise ValueError(f"unknown case {case_name!r}; python -m foxcute.profile --list shows them")
+        raise ValueError(f"unknown case {case_name!r}; python -m foxcute.lab.profile --list shows them")
     impls = [impl for impl in benchmarks.impls() if impl.applies(case)]
     names = [impl.name for impl in impls]
     wanted = impl_name or next((n for n in names if n.startswith("cute")), None)
@@ -70,18 +70,29 @@ def select(benchmarks, case_name: str, impl_name: str | None) -> tuple:
     return case, impls[names.index(wanted)]
 
 
+def _tree_module(name: str):
+    """The tree's own harness module `name`: foxcute.lab.<name>, or foxcute.<name> in a tree
+    from before the harness moved into foxcute/lab/ (so such a tree can still be compared)."""
+    try:
+        return importlib.import_module(f"foxcute.lab.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("foxcute.lab", f"foxcute.lab.{name}"):
+            raise
+        return importlib.import_module(f"foxcute.{name}")
+
+
 def worker(case_name: str, impl_name: str | None, reps: int, check: bool) -> dict:
     """Runs against the tree under test (whichever foxcute is first on sys.path): the case
     with `impl_name`, timed; with `check` also its errors and output digests."""
-    benchmarks = importlib.import_module("foxcute.benchmarks")
-    timing = importlib.import_module("foxcute.timing")
+    benchmarks, timing = _tree_module("benchmarks"), _tree_module("timing")
     try:
         case, impl = select(benchmarks, case_name, impl_name)
     except ValueError as exc:
-        raise SystemExit(f"foxcute.compare: {exc}") from None
+        raise SystemExit(f"foxcute.lab.compare: {exc}") from None
     inputs = case.make(np.random.default_rng(0), case.sizes)
     fn = impl.make(case, benchmarks.to_device(inputs, impl.library))
-    result = {"foxcute": str(Path(benchmarks.__file__).resolve().parent), "impl": impl.name}
+    result = {"foxcute": str(Path(importlib.import_module("foxcute").__file__).resolve().parent),
+              "impl": impl.name}
     if check:
         outputs = benchmarks.flatten(fn())
         again = benchmarks.flatten(fn())
@@ -104,7 +115,7 @@ def _run_worker(tree: Path, args: argparse.Namespace, check: bool) -> dict:
     lines = [line for line in done.stdout.splitlines() if line.startswith(WORKER_TAG)]
     if done.returncode != 0 or not lines:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
-        raise SystemExit(f"foxcute.compare: the run in {tree} failed (exit {done.returncode}):\n{tail}")
+        raise SystemExit(f"foxcute.lab.compare: the run in {tree} failed (exit {done.returncode}):\n{tail}")
     return json.loads(lines[-1][len(WORKER_TAG):])
 
 
@@ -114,15 +125,15 @@ def main(argv: list[str]) -> int:
         print(WORKER_TAG + json.dumps(worker(args.case, args.impl, args.reps, args.check)), flush=True)
         return 0
     if len(args.tree) < 2 or args.rounds < 1 or args.reps < 1:
-        print("foxcute.compare: give at least two --tree, and --rounds, --reps >= 1", file=sys.stderr)
+        print("foxcute.lab.compare: give at least two --tree, and --rounds, --reps >= 1", file=sys.stderr)
         return 2
     trees = [tree.resolve() for tree in args.tree]
     missing = [str(tree) for tree in trees if not (tree / "foxcute" / "__init__.py").is_file()]
     if missing:
-        print(f"foxcute.compare: no foxcute package in {', '.join(missing)}", file=sys.stderr)
+        print(f"foxcute.lab.compare: no foxcute package in {', '.join(missing)}", file=sys.stderr)
         return 2
-    if not importlib.import_module("foxcute.provenance").gpu_available():
-        print("foxcute.compare: no CUDA GPU here (it times kernels on one)", file=sys.stderr)
+    if not importlib.import_module("foxcute.lab.provenance").gpu_available():
+        print("foxcute.lab.compare: no CUDA GPU here (it times kernels on one)", file=sys.stderr)
         return 2
     runs = {tree: [] for tree in trees}
     for round_ in range(args.rounds):
@@ -133,7 +144,7 @@ def main(argv: list[str]) -> int:
     for tree in trees:
         checked = runs[tree][0]
         if Path(checked["foxcute"]) != tree / "foxcute":
-            print(f"foxcute.compare: the run for {tree} imported {checked['foxcute']}", file=sys.stderr)
+            print(f"foxcute.lab.compare: the run for {tree} imported {checked['foxcute']}", file=sys.stderr)
             return 1
         same = checked["digests"] == first["digests"]
         times = " ".join(f"{r['us']:9.2f}" for r in runs[tree])

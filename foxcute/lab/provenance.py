@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # foxcute/lab/provenance.py -> the checkout
 
 # distribution name -> module whose __version__ answers when the distribution has no metadata
 # (the GPU machine's kit unpacks the DSL onto PYTHONPATH).

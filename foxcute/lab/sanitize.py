@@ -1,9 +1,9 @@
 """Every GPU kernel once, at small odd sizes, for compute-sanitizer:
 
-    compute-sanitizer --tool memcheck  python -m foxcute.sanitize
-    compute-sanitizer --tool racecheck python -m foxcute.sanitize [layer ...]
+    compute-sanitizer --tool memcheck  python -m foxcute.lab.sanitize
+    compute-sanitizer --tool racecheck python -m foxcute.lab.sanitize [layer ...]
 
-Each layer pass of foxcute.benchmarks.CASES (of the named layers, or all) runs through its
+Each layer pass of foxcute.lab.benchmarks.CASES (of the named layers, or all) runs through its
 public function on every GPU backend, implementation and precision at the case's odd sizes
 (tiles cut off at every edge), and its outputs are compared with the float64 reference, so a
 kernel that reads or writes out of bounds, races, or computes wrongly is reported. Exits
@@ -17,24 +17,15 @@ import sys
 import numpy as np
 
 from . import benchmarks
-from ._arrays import FoxcuteInputError
-from .checks import TOLERANCE
-
-
-def variants(case: benchmarks.Case, backend: str) -> list[dict[str, str]]:
-    impls = [{}]
-    if case.layer == "mamba2" and backend == "cute":
-        impls = [{"impl": impl} for impl in benchmarks.mamba2.IMPLS]
-    precisions = [{}] if case.layer == "column_sum" or backend == "naive" else \
-        [{"precision": p} for p in ("tf32", "fp32")]
-    return [{**i, **p} for i in impls for p in precisions]
+from .._arrays import FoxcuteInputError
+from ..checks import TOLERANCE
 
 
 def main(layers: list[str]) -> int:
     known = {case.layer for case in benchmarks.CASES}
     unknown = sorted(set(layers) - known)
     if unknown:
-        print(f"foxcute.sanitize: unknown layer(s) {unknown}; known: {sorted(known)}", file=sys.stderr)
+        print(f"foxcute.lab.sanitize: unknown layer(s) {unknown}; known: {sorted(known)}", file=sys.stderr)
         return 2
     rng = np.random.default_rng(0)
     failures = 0
@@ -44,8 +35,8 @@ def main(layers: list[str]) -> int:
         inputs = case.make(rng, case.odd_sizes)
         reference = benchmarks.reference(case, inputs)
         device_inputs = benchmarks.to_device(inputs)
-        for backend in benchmarks.offered_backends(case.layer)[1:]:
-            for options in variants(case, backend):
+        for backend in benchmarks.layer_kernels(case.layer):
+            for options in benchmarks.variants(case, backend):
                 try:
                     outputs = benchmarks.call_layer(case, device_inputs, backend=backend, **options)
                 except FoxcuteInputError as exc:  # sizes this kernel does not take: nothing launched

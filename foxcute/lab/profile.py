@@ -1,10 +1,10 @@
 """One layer pass at the trainer's sizes, launched a few times after a warm-up, for a profiler:
 
     ncu --set full --import-source yes --kernel-name regex:FusedBackward --launch-skip 2 \\
-        --launch-count 1 -o mamba2_bwd python -m foxcute.profile mamba2.backward --impl cute_fused
-    nsys profile -o curiosity python -m foxcute.profile curiosity.forward_backward
+        --launch-count 1 -o mamba2_bwd python -m foxcute.lab.profile mamba2.backward --impl cute_fused
+    nsys profile -o curiosity python -m foxcute.lab.profile curiosity.forward_backward
 
-Cases and implementations are foxcute.benchmarks' (`--list` prints them with the
+Cases and implementations are foxcute.lab.benchmarks' (`--list` prints them with the
 implementations present here). The warm-up call compiles; `--calls` more follow, so a
 profiler that skips the first launches of a kernel sees steady-state ones.
 """
@@ -21,7 +21,7 @@ from .compare import select
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m foxcute.profile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m foxcute.lab.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("case", nargs="?", help="a case name, e.g. mamba2.backward or column_sum.forward[N=3]")
     parser.add_argument("--impl", help="an implementation name (default: the first cute one of the case)")
     parser.add_argument("--calls", type=int, default=3, help="launches after the warm-up (default 3)")
@@ -39,10 +39,10 @@ def main(argv: list[str]) -> int:
     try:
         case, impl = select(benchmarks, args.case, args.impl)
     except ValueError as exc:
-        print(f"foxcute.profile: {exc}", file=sys.stderr)
+        print(f"foxcute.lab.profile: {exc}", file=sys.stderr)
         return 2
     if args.calls < 1:
-        print(f"foxcute.profile: --calls must be >= 1, got {args.calls}", file=sys.stderr)
+        print(f"foxcute.lab.profile: --calls must be >= 1, got {args.calls}", file=sys.stderr)
         return 2
     fn = impl.make(case, benchmarks.to_device(case.make(np.random.default_rng(0), case.sizes), impl.library))
     for _ in range(1 + args.calls):

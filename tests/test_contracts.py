@@ -1,0 +1,52 @@
+"""Each layer names its kernel modules, and each kernel module's CONTRACT matches its code:
+the passes it declares are functions of the module, and its check_sizes takes exactly the
+options the contract says change the supported sizes."""
+
+import inspect
+
+import pytest
+
+from foxcute import _layer, curiosity, kan, mamba2, q_denoise, reduction, risk_budget
+from foxcute.lab import benchmarks
+
+LAYERS = {"mamba2": mamba2, "q_denoise": q_denoise, "kan": kan, "curiosity": curiosity,
+          "risk_budget": risk_budget, "column_sum": reduction}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_layer_names_a_kernel_module_per_gpu_backend(layer):
+    modules = LAYERS[layer].kernel_modules()
+    assert tuple(modules) == _layer.GPU_BACKENDS
+    assert modules["cute"].__name__ == f"foxcute.kernels.{layer}"
+    assert modules["naive"].__name__ == f"foxcute.kernels.naive_{layer}"
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+@pytest.mark.parametrize("backend", _layer.GPU_BACKENDS)
+def test_contract_matches_the_module(layer, backend):
+    module = LAYERS[layer].kernel_modules()[backend]
+    contract = module.CONTRACT
+    assert contract.passes and all(callable(getattr(module, name, None)) for name in contract.passes)
+    for name in contract.passes:
+        keywords = {p.name for p in inspect.signature(getattr(module, name)).parameters.values()
+                    if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        assert set(contract.options) <= keywords, f"{module.__name__}.{name} lacks an option keyword"
+    sizing = [p for p in inspect.signature(module.check_sizes).parameters][1:]
+    assert sizing == list(contract.sized_by)
+    assert set(contract.sized_by) <= set(contract.options)
+    if backend == "naive":
+        assert contract.options == {}
+
+
+def test_variants_are_the_product_of_the_options():
+    case = next(c for c in benchmarks.CASES if c.layer == "mamba2")
+    assert benchmarks.variants(case, "cute") == [
+        {"impl": impl, "precision": p} for impl in ("fused", "seed") for p in ("tf32", "fp32")]
+    assert benchmarks.variants(case, "naive") == [{}]
+    column = next(c for c in benchmarks.CASES if c.layer == "column_sum")
+    assert benchmarks.variants(column, "cute") == [{}]
+
+
+def test_take_keeps_only_the_declared_options():
+    contract = _layer.KernelContract(passes=("forward",), options={"precision": _layer.PRECISIONS})
+    assert contract.take({"precision": "fp32", "impl": "fused"}) == {"precision": "fp32"}
