@@ -4,6 +4,8 @@ options the contract says change the supported sizes."""
 
 import inspect
 
+import numpy as np
+
 import pytest
 
 from foxcute import _layer, curiosity, kan, mamba2, q_denoise, reduction, risk_budget
@@ -50,3 +52,16 @@ def test_variants_are_the_product_of_the_options():
 def test_take_keeps_only_the_declared_options():
     contract = _layer.KernelContract(passes=("forward",), options={"precision": _layer.PRECISIONS})
     assert contract.take({"precision": "fp32", "impl": "fused"}) == {"precision": "fp32"}
+
+
+@pytest.mark.parametrize("case", [*benchmarks.CASES, *benchmarks.GEMM_CASES], ids=lambda c: c.name)
+def test_bytes_moved_counts_every_array_once(case):
+    """A pass's compulsory bytes, counted here from the arrays themselves: every input array
+    read once and every output written once, 4 bytes an element (scalar arguments such as
+    sigma and b2 travel in the launch, not through memory)."""
+    rng = np.random.default_rng(0)
+    inputs = case.make(rng, case.odd_sizes)
+    outputs = benchmarks.reference(case, inputs)
+    read = sum(np.asarray(v).size for v in inputs.values() if isinstance(v, np.ndarray))
+    written = sum(np.asarray(o).size for o in outputs)
+    assert case.bytes_moved(case.odd_sizes) == 4 * (read + written)

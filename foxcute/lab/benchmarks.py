@@ -109,7 +109,7 @@ CASES: tuple[Case, ...] = (
     Case("mamba2", "backward", dict(B=8192, K=8, SH2=256, D=16), dict(B=37, K=5, SH2=128, D=8),
          lambda rng, z: _mamba2_inputs(rng, z, True),
          ("dW_A", "dW_B", "dW_C", "dw", "dsigma", "dh_hist", "dh"),
-         lambda z: F32 * (2 * z["B"] * z["K"] * z["SH2"] + 4 * z["B"] * z["SH2"] + 2 * _mamba2_weights(z) + 1),
+         lambda z: F32 * (2 * z["B"] * z["K"] * z["SH2"] + 3 * z["B"] * z["SH2"] + 2 * _mamba2_weights(z) + 1),
          lambda z: 2 * z["B"] * z["SH2"] * z["D"] * (6 * z["K"] + 3) + 4 * z["B"] * z["SH2"],
          "backward"),
     Case("q_denoise", "loss_and_grads", dict(B=8192, A=12, H=24), dict(B=37, A=5, H=7),
@@ -140,7 +140,7 @@ CASES: tuple[Case, ...] = (
          "forward_backward"),
     Case("risk_budget", "forward", dict(B=8192, SH2=256, I=16, H=64), dict(B=37, SH2=36, I=3, H=12),
          _risk_inputs, ("risk",),
-         lambda z: F32 * (z["B"] * (z["SH2"] + 2) + z["I"] + z["H"] * (z["SH2"] + z["I"] + 3) + 1),
+         lambda z: F32 * (z["B"] * (z["SH2"] + 2) + z["I"] + z["H"] * (z["SH2"] + z["I"] + 3)),
          lambda z: 2 * z["B"] * z["H"] * (z["SH2"] + z["I"] + 2), "forward"),
 )
 
