@@ -114,41 +114,22 @@ _CHAINING_PARTS = ("curiosity_fwd_bwd", "risk_budget_forward")
 # what no part of it feeds, split so that work of different kinds overlaps: the main lane's
 # small-MLP kernels run one CTA per SM and are latency bound, leaving registers, shared memory
 # and DRAM bandwidth to the side lane's memory-bound IQN column sums, then to the Mamba2
-# backward. (An H200 experiment of five splits chose this one; the run's "cute" and
-# "cute_one_stream" records measure what it gains.) Stream priorities do not change it: the
-# two lanes' streams at priorities -3 and 0, either way round, recorded in the graph's kernel
-# nodes and instantiated with cudaGraphInstantiateFlagUseNodePriority, gave 253.2-256.5 us
-# against 254.4-256.2 for the plain graph (H200 check script, 3 rounds). Likely because the
-# lanes' big kernels rarely fit on one SM together (most fill its registers or shared
-# memory), so which lane's CTAs are dispatched first matters little. breakdown.marginal_costs
-# measures what each part costs the step; before it, an H200 check script made the same
-# measurement (3 rounds, IQN's two column sums apart): the step 252.8-255.4 us; main lane alone 115.2-116.4, side
-# lane alone 175.4-176.4 (sum 291, the one-stream step 288); without the IQN N=128 column sum
-# 201.3-202.0 (alone 71.7-71.8), without the Mamba2 backward 177.9-182.1 (alone 88.5-88.7),
-# without curiosity 206.8-209.2 (alone 54.2-54.3), without the Mamba2 forward 225.8-230.8
-# (alone 29.6-29.9), without each other part 3-8 less. So the lanes mostly take turns, and
-# the memory-bound N=128 sum (268 MB) costs the step ~52 us though the latency-bound
-# main-lane kernels leave DRAM mostly idle: hiding it needs a version that fits on the SMs
-# beside them (RowPass leaves 2K registers and ~29 KB of shared memory an SM). One was built
-# and measured (H200 check script, not kept): one warp of 27 registers a CTA, one CTA an SM,
-# the rows streamed through a ring of six 4 KB bulk copies (cp.async.bulk on mbarriers, 24 KB
-# of shared memory), exact and bit-identical; but alone it summed the [524288, 128] input in
-# 145 us (1.85 TB/s; likely too few bytes in flight, not analysed), and the step took 352-358
-# us with it (395-397 with the side lane forked after the Mamba2 forward): where it holds
-# 24 KB of an SM, the Mamba2 backward's 224 KB CTA cannot start there until it has finished.
+# backward (the fastest of five splits on the H200). The run's "cute" and "cute_one_stream"
+# records measure what it gains: 247 against 280 us in run 20261203T162501Z. The lanes mostly
+# take turns: what each part costs the step is breakdown.marginal_costs' table
+# (step_marginal.csv), where the IQN column sums (memory-bound: 268 MB at N=128) cost the step
+# most of their own time though the main lane leaves DRAM mostly idle; hiding them needs a
+# version that fits on the SMs beside the main lane's kernels (one was built for N=128 and not
+# kept). Stream priorities change nothing.
+# History: docs/notes/step.md.
 LANES = (("mamba2_forward", "curiosity_fwd_bwd", "risk_budget_forward", "q_denoise_backward", "kan_backward"),
          ("iqn_bias_grad_reduce", "mamba2_backward"))
 # The side lane forks from the main lane once this part of it is launched, not at the start,
 # so the Mamba2 forward (memory-bound, 30 us) runs alone, not beside the IQN column sums that
 # want the same DRAM bandwidth and, at 4 CTAs an SM, the SMs (the likely reason; not
-# analysed); they run beside curiosity instead. Two H200 check scripts (3 rounds each, the
-# step graph-replayed, outputs bit-identical): forked at the start 251.5-256.5 us, forked
-# here 250.7-252.7. In the second, other splits (forked here unless said): the N=3 column
-# sum at the main lane's end 260.0-261.5, on a third stream 254.4-254.6; the Mamba2 backward
-# first in the side lane 269.0-269.4 (forked at the start 268.3-270.9), on a third stream
-# 259.5-261.4; the N=128 sum at 2, 8, 16 CTAs an SM 273.2-273.9, 257.9-258.8, 276.9-277.6
-# (alone 74.9, 78.4-78.6, 102.5-103.0; 72.2-72.4 at its 4), at 8 forked at the start
-# 250.6-252.8. None clearly better than this one.
+# analysed); they run beside curiosity instead. Of the splits measured beside it (forked at
+# the start, the column sums or the Mamba2 backward elsewhere, the N=128 sum at other CTAs an
+# SM), none was clearly better (docs/notes/step.md).
 FORK_AFTER = "mamba2_forward"
 
 

@@ -12,27 +12,24 @@ Design.
   rows r, r + rows, ... of its CTA's share, so each lane always adds into the same
   packed-row position (no shuffles in the streaming loop) and a warp's loads are contiguous.
   A CTA's share is one contiguous chunk of the rows (a whole number of its `unroll`-row
-  steps), so each step's loads cover one contiguous block. Measured against a grid-stride
-  share (rows r + rows * (cta + num_ctas * k)), H200, graph-replayed, M = 524288: N = 3
-  6.79-6.97 -> 6.44-6.48 us, N = 128 73.0-73.1 -> 72.7-72.9 us (GPU check script, same call;
-  the grid-stride sweep of 1..8 CTAs an SM and 8 or 16 loads had no faster point).
+  steps), so each step's loads cover one contiguous block (faster than a grid-stride share).
 - Threads add with Kahan compensation (see kahan_add). Each CTA folds its threads'
   partials over r in a fixed pairwise tree of compensated (TwoSum) adds in shared memory
   and writes one packed row of partial sums. The last CTA to finish (an atomic ticket on an integer, the only atomic) sums the
   CTAs' partials in CTA order, folds the `pack` positions of each column and adds the
   M % pack tail rows. Every add happens in an order fixed by (M, N, grid), so the result is
   bit-identical run to run; no float atomics. Where a CTA has several thread rows, the last
-  CTA reads its total for that fold from shared memory, not back through L2 (an H200 check:
-  bit-identical at 11 shapes; N = 128 73.9 -> 72.7 us between runs 20261130T000948Z and
-  20261130T011856Z, N = 3 unchanged).
+  CTA reads its total for that fold from shared memory, not back through L2 (one round trip
+  less on its critical path).
 
-Fixed cost (run 20261130T011856Z, graph-replayed): at N = 3 the kernel takes 6.91 us on the
-IQN head's M = 524288 rows and 5.2 us on M = 64, where a graph replay of one trivial kernel
-takes 2.25 us. The ~3 us between those two are round trips in series whatever M is: the
-first loads, the partials' store and fence, the ticket, the last CTA's loads of the partials.
-Streaming the 6.3 MB adds ~1.7 us over M = 64, near its 1.5 us floor; what is left to cut is
-that chain, so the 5 us target for N = 3 needs a different cross-CTA step (e.g. a cluster
-reduction through distributed shared memory), not faster streaming.
+Times (run 20261203T162501Z, graph-replayed): on the IQN head's M = 524288 rows N = 3 takes
+6.37 us, N = 128 72.5 us; on M = 64 4.53 us, where a graph replay of one trivial kernel
+takes 2.25 us. What M = 64 pays beyond the replay is round trips in series whatever M is:
+the first loads, the partials' store and fence, the ticket, the last CTA's loads of the
+partials. At N = 3 streaming the 6.3 MB adds the rest, near its 1.5 us floor; what is left to
+cut is that chain, so the 5 us target for N = 3 needs a different cross-CTA step (e.g. a
+cluster reduction through distributed shared memory), not faster streaming.
+History: docs/notes/column-sum.md.
 """
 
 from __future__ import annotations
@@ -49,13 +46,13 @@ from .._layer import KernelContract
 from . import _cute
 
 MAX_VECS_PER_THREAD = 2  # with Kahan compensation, 4 floats of state per float4: no spills
-# Swept on the H200 at M = 524288 (N = 3 and 128): 8 loads x 4 CTAs/SM was best at N = 128
-# (71 us against 100 us for 4 x 2), and no worse at N = 3.
+# 8 loads x 4 CTAs an SM: the best of an H200 sweep at M = 524288 (N = 3 and 128;
+# docs/notes/column-sum.md)
 CTAS_PER_SM = 4
 LOADS_IN_FLIGHT = 8  # float4 loads per thread per step
 # Rows cut into column slices are short (per-CTA partials: a few hundred rows), so the last
 # CTA's sum over the CTAs' rows is a good part of the time: fewer, deeper CTAs balance the two
-# phases. Swept on the H200 (4..32) at the Mamba2 backward's [264, 12548] partials: 12 best.
+# phases (12: the best of an H200 sweep of 4..32 at the Mamba2 backward's partials).
 LOADS_IN_FLIGHT_SLICED = 12
 MAX_ELEMENTS = 2**31 - 1  # CuTe layouts index with 32-bit integers
 
@@ -75,7 +72,7 @@ class ColumnSum:
         # Rows of whole vectors (pack 1) wider than one CTA's 256 threads are cut into column
         # slices, one per grid column, each with its own ticket and final sum: short, wide
         # inputs (per-CTA weight-gradient partials, [264, 4096] or [264, 12548]) then finish
-        # on several CTAs instead of one (17.8 us per [264, 4096] call on the H200 with one).
+        # on several CTAs instead of one.
         self.slices = -(-self.vecs // 256) if self.pack == 1 else 1
         # 256 threads; more where a packed row has over 1024 vectors (1024 threads at N = 4095)
         self.threads = 256 if self.slices > 1 else \
@@ -213,7 +210,7 @@ class ColumnSum:
         if cutlass.const_expr(self.rows == 1):
             # Only thread row 0 summed anything: where cols < threads (128 < vecs < 256, one
             # slice) the threads past cols hold zeros, and their stores would race the sums
-            # of vectors c = tid - cols (curiosity's 129-column partials came out wrong on the H200).
+            # of vectors c = tid - cols (docs/notes/column-sum.md).
             if r == 0:
                 for g in cutlass.range_constexpr(self.vecs_per_thread):
                     v = first_vec + c + g * self.cols

@@ -11,10 +11,9 @@ Why it is built this way.
   operand in shared memory. The tensor core path is the warp-level mma.sync m16n8k8 TF32
   (precision "tf32", the default): TF32 wgmma (kernels/_wgmma.py, the Mamba2 kernels') takes
   its shared-memory operands K-major only, which a weight gradient of [batch, features]
-  activations has not (see WeightGrad for a wgmma version that restaged them and was not
-  kept); where the producer writes one activation transposed, KMajorWeightGrad runs the
-  product on wgmma (curiosity's TF32 weight gradients). "fp32" runs the same tiles with FFMA
-  on the same accumulator layout, so epilogues are shared.
+  activations has not; where the producer writes one activation transposed, KMajorWeightGrad
+  runs the product on wgmma (curiosity's TF32 weight gradients). "fp32" runs the same tiles
+  with FFMA on the same accumulator layout, so epilogues are shared.
 - Operands stream global -> shared memory with cp.async (16-byte copies when the row length
   is a multiple of 4, else 4-byte ones, chosen statically) in K-chunks of 32 through a
   3-stage buffer (matmul: 4), so two (three) chunks are in flight while one is multiplied
@@ -27,6 +26,11 @@ Why it is built this way.
 - weight_grad: the reduction over M is split over CTAs; each writes its partial tile and
   the last CTA to finish a tile (integer ticket) adds the tile's partials in CTA order:
   deterministic (no float atomics, bit-identical from run to run) in one launch.
+
+At the seed Mamba2's shapes (run 20261203T162501Z, H200, graph-replayed): the projection
+[65536 x 256] @ [256 x 32] 24.1 us, the read-back [65536 x 32] @ [32 x 256] 33.6 us, the
+weight gradient h_hist^T [da|du] (M = 65536, N = 256, K = 32) 34.6 us (benchmarks.GEMM_CASES).
+History: docs/notes/gemm.md.
 """
 
 from __future__ import annotations
@@ -55,9 +59,8 @@ MAX_ROWS = 2**31 // MAX_DIM  # M: layouts index with 32-bit integers
 THREADS = 128  # 4 warps
 CHUNK = 32  # reduction elements staged in shared memory per step
 STAGES = 3  # shared-memory buffers per streamed operand: two chunks in flight during the MMAs
-# SkinnyMatmul's: three chunks in flight. Measured (H200, GPU check script, not committed) on
-# the seed's projection [65536 x 256] @ [256 x 32]: 27.5 us at 3 stages, 24.6 at 4, 27.4 at 6
-# (fewer CTAs an SM); the read-back (K = 32, one chunk) 33.1 / 33.8 / 43.2.
+# SkinnyMatmul's: three chunks in flight (the fastest of 3, 4 and 6 stages on the seed's
+# projection; 6 leaves fewer CTAs an SM: docs/notes/gemm.md)
 MATMUL_STAGES = 4
 PAD = 4  # floats of row padding: row stride = 4 (mod 32) banks -> conflict-free A/B fragment reads
 
@@ -394,11 +397,10 @@ class SkinnyMatmul:
     sum in the store, not a second pass over both [M, N] arrays).
 
     With `pairs` (stores_pairs: N even, an output of N columns), each thread's accumulators
-    (g, 2t), (g, 2t + 1) are stored as one 64-bit pair (store_pair). The same change to the
-    Mamba2 fused backward's dh_hist stores gained there several times what its instruction
-    count predicted (see mamba2.FusedBackward); here it about halved the time of the seed's
-    dh_hist GEMM (M = 65536, N = 256, K = 32; GPU check script, outputs bit-identical), and
-    the seed's backward went 228 -> 195 us (runs 20261129T223000Z -> 20261129T235914Z)."""
+    (g, 2t), (g, 2t + 1) are stored as one 64-bit pair (store_pair).
+
+    The seed's projection [65536 x 256] @ [256 x 32] takes 24.1 us, its read-back [65536 x 32]
+    @ [32 x 256] 33.6 us (run 20261203T162501Z, graph-replayed). History: docs/notes/gemm.md."""
 
     def __init__(self, epilogue: str, precision: str, bn: int, vec_k: int, pairs: bool = False,
                  bm: int | None = None, b_vec: int = 0):
@@ -464,9 +466,8 @@ class SkinnyMatmul:
         row_sum.fill(0.0)
 
         # residual: R of the thread's tile entries, all loaded before the first store. Loaded
-        # next to each store instead, every load waited for a DRAM round trip (the compiler
-        # may not move a load of R above a store to out), and the seed Mamba2 backward's dh
-        # (M = 8192, N = 256, K = 16) took 31.5 us where 16 MB move (H200 profile).
+        # next to each store, every load would wait for a DRAM round trip (the compiler may
+        # not move a load of R above a store to out; docs/notes/gemm.md).
         rR = None
         if cutlass.const_expr(self.epilogue == "residual"):
             rR = cute.make_rmem_tensor(acc.layout, Float32)
@@ -572,39 +573,18 @@ class WeightGrad:
     kernels.column_sum; at these widths, 4096-column column_sum calls would be 8-16 launches).
     The finishing CTA resets the ticket for the next launch or graph replay.
 
-    Where the time goes (H200, curiosity's pair at the defaults: 24.5 us in the step breakdown
-    of run 20261129T223000Z) is still open. Experiments (not committed): the fixed-order
-    finish is about an eighth of it; the main loop got no shorter with more CTAs an SM (twice
-    the CTAs over the batch: slower), deeper staging, or larger output tiles (which halve the
-    operand re-reads). An ncu profile of the pair: 128 CTAs of 4 warps, one warp a scheduler,
-    low DRAM and L2 throughput, warps mostly stalled on fixed-latency dependencies. In the
-    SASS a TF32 product costs ~11 instructions (2 scalar ld.shared down the transposed views;
-    2 conversions, each an FSETP for non-finite values and a predicated IADD, repeated by
-    every warp that reads the element; the cp.async address and bounds arithmetic). But
-    taking the conversions out (curiosity's row pass storing hid, dpred, dz rounded: a
-    quarter of the pair's conversions left, every output bit-identical) gained only a small
-    part of what that count predicted, so the instruction stream does not bind either. A
-    wgmma version (operands restaged transposed into 128B-swizzled K-major tiles, 2
-    warpgroups) was correct but slower on the pair and only slightly faster on the seed's
-    h_hist^T [da|du]; not kept. Next to measure: where the warps wait in the chunk loop
-    (ncu source counters), e.g. on the cp.async groups (two chunks of 16 KB a CTA in flight).
-    A sweep on the seed's h_hist^T [da|du] (M = 65536, N = 256, K = 32; H200, GPU check
-    script, not committed): at 64 x 64 tiles 50.3 us, and more CTAs over the batch only
-    slower (2, 3, 4 an SM: 55.3, 67.6, 88.1 us: the finishers' ordered sums grow with them),
-    deeper staging no faster (4 stages 48.9, 6 stages 56.6); 64 x 32 tiles (K's width, no
-    zero half staged and multiplied) 38.5 us, 35.4 at 2 CTAs an SM and 4 stages. Hence
-    tile_k; the grid and stages stay. Then two groups of 4 warps a CTA (GROUPS) and the
-    finish through _cute.sum_rows_in_order (~24 float4 loads in flight a step, not two
-    partials'), measured together against one group (H200 A/B script, graph-replayed):
-    h_hist^T [da|du] 40.35 -> 35.46 us (~30 predicted), the seed's dW_C + dw pair 12.65 ->
-    11.08; in run 20261201T224219Z's seed backward, beside dh_hist on a side lane, 39.6 us."""
+    What bounds the main loop is the latency of each warp's fragment loads and MMAs: not DRAM
+    or L2 throughput, nor the instruction count. More CTAs over the batch only lengthen the
+    finishers' ordered sums; deeper staging is no faster. The seed's h_hist^T [da|du]
+    (M = 65536, N = 256, K = 32) takes 34.6 us (run 20261203T162501Z, benchmarks.GEMM_CASES,
+    graph-replayed). History: docs/notes/gemm.md."""
 
     bn = 64
     BK = (16, 32, 64)  # tile widths along K, the narrowest that covers the widest problem's K
     # Two groups of 4 warps: group g multiplies rows g*CHUNK/2 ... of every staged chunk into
     # its own accumulators, added group 0 + group 1 at the end (a fixed order). Twice the warps
     # an SM over the same tiles and partials: the main loop is bound by the latency of each
-    # warp's fragment loads and MMAs (see above), the finish by the number of partials.
+    # warp's fragment loads and MMAs, the finish by the number of partials.
     GROUPS = 2
     THREADS = GROUPS * THREADS
 
@@ -619,8 +599,7 @@ class WeightGrad:
     @classmethod
     def tile_k(cls, k: int) -> int:
         """The tile width along K for problems at most k wide: a tile wider than K stages
-        zeros and multiplies them. Measured (H200, the seed's h_hist^T [da|du], K = 32: GPU
-        check script, not committed): 64 -> 32 wide took the launch 50.3 -> 38.5 us."""
+        zeros and multiplies them."""
         return next((bk for bk in cls.BK if k <= bk), cls.BK[-1])
 
     @cute.jit
@@ -752,7 +731,7 @@ class WeightGrad:
             cute.arch.fence_acq_rel_gpu()
             # Thread t adds float4 vectors t, t + THREADS, ... of the tile over c = 0, 1, ...,
             # ~24 float4 loads in flight a step (the partials of several c at once: this sum is
-            # the launch's tail, one L2 round trip a step; it had 2 c's loads in flight)
+            # the launch's tail, one L2 round trip a step)
             tile_vecs = self.bn * self.bk // 4
             vecs_per_thread = tile_vecs // self.THREADS
             tile_sum = cute.make_rmem_tensor((vecs_per_thread, 4), Float32)
@@ -771,7 +750,7 @@ class WeightGrad:
                         if cutlass.const_expr(halves):
                             # its coordinate (col mod k/2, col div k/2) by a compare: from the
                             # flat col, the runtime k/2 costs a division (17 div/rem in the
-                            # PTX; ~3 us more in the H200 A/B check)
+                            # PTX; docs/notes/gemm.md)
                             which = Int32(0)
                             col_in_half = col
                             if col >= half:
@@ -832,7 +811,7 @@ class KMajorWeightGrad:
     cores (a stage is refilled after the barrier that follows every warp's wait for the wgmma
     group that read it; "rows" alternates two sets of fragment registers, reloading one while
     the group reading the other is in flight). At the defaults 4 tiles x 32 splits: each CTA
-    reads 256 KB of operands (the 64 x 64 tiles before read 512 KB).
+    reads 256 KB of operands.
     The split sums, deterministic and spread over the tile's CTAs: each stores its partial
     tile to work[tile * splits + split], arrives at the tile's counter and waits until all
     `splits` have; then split j sums slice j of the tile (a splits-th of its float4 vectors)
@@ -848,24 +827,13 @@ class KMajorWeightGrad:
     on it), so every tile completes. That holds for one launch at a time and for concurrent
     launches of this kernel on other streams while their partly resident tiles cannot fill
     the SMs between them (31 CTAs a launch at the defaults: five at once could). A
-    cooperative launch would guarantee it outright; measured (H200, one call each, branch
-    wip/coop-finish): it works in captured graphs and makes curiosity's layer faster alone
-    (foxcute.compare 51.8-52.0 -> 48.6-49.1 us), but the two-lane step slower (255 -> 264
-    us: the launch waits for room for all its CTAs while the side lane's column sums hold
-    the SMs), so it is not taken.
+    cooperative launch would guarantee it outright, but is not taken: it slows the two-lane
+    step (the launch waits for room for all its CTAs while the side lane's column sums hold
+    the SMs).
     The counter, counted up again after each finish, is zeroed by the tile's last CTA.
-    Measured (H200, foxcute.compare of curiosity's layer, one call, 3 rounds): 57.8-58.0 us
-    with the 64 x 64 tiles of one warpgroup and the last CTA of a tile summing its 8 partials
-    (16 tiles x 8 splits; that kernel took 17.2-18.9 us in the step breakdowns), 53.2-53.5
-    with this one: predicted ~-8 us from the per-SM traffic (operands, partial, finish: 656
-    -> 384 KB), about half of it came. ncu (caches flushed, so operands from DRAM: L2 hit
-    rate 47%) puts this kernel at 15.7 us, SMs active 81% of its cycles; in the step
-    breakdown of papermill run 20261202T051124Z 13.6 us (18.9 before, run 20261202T033351Z).
-    All 32 partials' loads in flight a thread in the finish (SPLIT_LOADS 32, not 8): the
-    layer 51.9-52.2 -> 52.6 us (same call), not kept. Tried before on
-    the 64 x 64 version: 64 x 128 tiles of one warpgroup (23.0 us), 2x and 4x the splits
-    (22.1, 31.3: the last CTA read 2-4x as much), a cluster of a tile's 8 splits summing
-    through distributed shared memory (22.7)."""
+
+    Curiosity's pair at the defaults: 13.215 us in the cute step breakdown of run
+    20261203T162501Z (step_breakdown.csv). History: docs/notes/gemm.md."""
 
     BM = 128  # D rows of a tile: two m64 wgmma halves, one a warpgroup
     HALF = _wgmma.MMA_M

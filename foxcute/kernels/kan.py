@@ -32,56 +32,31 @@ tf32 forward (mma.sync m16n8k8, 4 warps = 64 rows a CTA; KanTf32Config, KanForwa
   fragments' basis values computed in registers.
 
 tf32 backward: ONE launch, the batch reduction included (KanBackwardTf32).
-  Before (commit e2a8f84; H200 run 20261129T164734Z): 15.3 us graph-replayed = backward kernel
-  11.7 + KanGradReduce 3.2 (PDL) + gap. Per CTA (64 rows, 4 warps: ONE warp per scheduler):
-  52 KB loaded (C 32 KB, read by all 128 CTAs), 9216 weights stored transposed and 18432
-  features stored to shared memory, 288 MMAs and 4240 SASS instructions per warp, x re-read
-  from global memory before phase (b), a 36.9 KB partial row (4.7 MB in all, read again by
-  the reduce). Where the 11.7 us went (estimate): a lone warp per scheduler issues its 4240
-  instructions at ~0.3-0.4 IPC (every load, MUFU, MMA and barrier latency exposed: ~5-7 us),
-  three dependent global round trips (~1.5 us), 6.7 MB of staging reads plus the 4.7 MB of
-  partials through L2 (~1.5 us), launch and drain (~1 us); the reduce then re-read 4.7 MB.
-  Now: CTA = (chunk of 256 rows, input block of 8 inputs), 8 warps of 32 rows (B=8192: 32
-  x 4 = 128 CTAs, one wave, 2 warps per scheduler; 16-row warps where G >= 10 or O is wide,
-  see warp_rows). A block's features f = gb*8 + i need only
-  that block's 8 inputs (C and Wb columns: 9 KB, not 36 KB) and give complete dx for them, so
-  no cross-CTA sum of dx; the partial row shrinks 4x (2304 floats: 1.2 MB in all). Per CTA:
-  49 KB loaded, all before the first barrier (x and dy straight to the lanes / the warp's own
-  shared rows, 128-bit); features computed once into registers (5 ex2 + 1 rcp per x value by
-  an exp recurrence, vs 9 + a division); 152 MMAs a warp (72 + 80), both phases laid out so
-  a lane's features are exactly its B fragments (phase a) and the dfeat it needs (phase b);
-  1435 SASS instructions a warp to its last store (3.0x fewer; 2 warps per scheduler hide
-  each other's latencies). The reduction (q_denoise's pattern): each CTA stores its partial
-  row, draws its group's ticket before phase (b) and reads it after, so that round trip is
-  hidden; the group's last CTA sums the group's rows (~sqrt(chunks) = 6 at the defaults) in
-  chunk order, the block's last group finisher the group rows in group order (4 blocks
-  finish in parallel on 4 SMs); tickets from _cute.tickets, reset by the finishers.
-  Predicted, graph-replayed at the defaults: loads ~1 us (6.3 MB through L2) + phases a/b
-  ~2-3 us (2 x 1435 issue slots a scheduler, MMA and MUFU pipes ~0.6 / 0.4 us) + the finish
-  ~2 us (~55 KB read, group row, fence + final ticket, ~55 KB read: about four L2 round
-  trips on one SM per block) + launch ~0.5 us: a kernel of ~6 us, the layer ~6.5-7 us (~9 us if, as with the old
-  kernel, this model is a third too optimistic). Measured (H200 run 20261129T190653Z): the
-  layer 10.1 us graph-replayed, the kernel 9.3 us in the step breakdown: the model missed by
-  about half. An ncu profile (not committed) shows 1452 instructions a warp, as counted, but
-  each warp waits 6.6 cycles per issued instruction where the model counted issue slots
-  (2 cycles with two warps a scheduler): latencies, not issue slots, bind. At batch 1 the
-  layer takes 7.43 us (run 20261130T011856Z, 10.15 at 8192; a graph replay of one trivial
-  kernel 2.25 us): most of its time does not scale with the batch.
-  Considered and not taken: a cluster/DSMEM first level (fewer round trips, but 8-CTA
-  clusters at one CTA per SM must fit the GPCs, unverifiable here), one finish level on one
-  SM (295 KB through it, ~2.3 us at 64 B/clk and 19 us at B = 65537).
-  Then, where the grid is at most one CTA an SM (spreads(): B <= 8448 at I = 32 on an H200,
-  the defaults included), one level spread over every CTA instead: each stores its partial
+  CTA = (chunk of 256 rows, input block of 8 inputs), 8 warps of 32 rows (B=8192: 32 x 4 =
+  128 CTAs, one wave, 2 warps per scheduler; 16-row warps where G >= 10 or O is wide, see
+  warp_rows). A block's features f = gb*8 + i need only that block's 8 inputs (C and Wb
+  columns: 9 KB) and give complete dx for them, so no cross-CTA sum of dx; a CTA's partial
+  row of dWcat is 2304 floats (1.2 MB in all at the defaults). Per CTA: 49 KB loaded, all
+  before the first barrier (x and dy straight to the lanes / the warp's own shared rows,
+  128-bit); features computed once into registers (5 ex2 + 1 rcp per x value by an exp
+  recurrence); 152 MMAs a warp (72 + 80), both phases laid out so a lane's features are
+  exactly its B fragments (phase a) and the dfeat it needs (phase b). Two warps a scheduler
+  hide each other's latencies: latencies, not issue slots, bind this kernel.
+  The reduction, where the grid is at most one CTA an SM (spreads(): B <= 8448 at I = 32 on
+  an H200, the defaults included): one level spread over every CTA. Each stores its partial
   row and arrives at its block's counter before phase (b), waits after it until all the
   block's chunks have arrived, and sums one slice of the block's row over the chunks in
   order (finish_slice: at the defaults 18 float4 vectors, 8 lanes a vector summing 4 rows
   each, then a butterfly), so no CTA reads more than ~9 KB and no second ticket round trip
   follows the first. Launched cooperative, so the wait is sure to complete whatever runs
-  beside it. Predicted ~1-1.5 us (two of the four L2 round trips after phase (b)); measured
-  (H200, foxcute.compare, one call, 2-3 rounds each, GPU check scripts): the layer 9.74-9.88
-  -> 9.51-9.61 us, and 9.84-9.92 -> 9.54-9.62 in a second machine's call: a third of the
-  prediction. The cooperative launch itself cost nothing measurable (9.42-9.61 us without),
-  nor did the training step notice it (step A/B, one call: 255.4 us against 254.6-255.7).
+  beside it. Elsewhere (q_denoise's pattern): each CTA stores its partial row, draws its
+  group's ticket before phase (b) and reads it after, so that round trip is hidden; the
+  group's last CTA sums the group's rows (~sqrt(chunks)) in chunk order, the block's last
+  group finisher the group rows in group order (the blocks finish in parallel on as many
+  SMs); tickets from _cute.tickets, reset by the finishers.
+  At the defaults 9.69 us graph-replayed, 8.52 us at batch 1, where a graph replay of one
+  trivial kernel takes 2.25 us (run 20261203T162501Z): most of its time does not scale with
+  the batch. History: docs/notes/kan.md.
 """
 
 from __future__ import annotations
@@ -877,7 +852,7 @@ class KanBackwardTf32(KanTf32Config):
 
         phi_gb = exp(-(u - gb)^2). Within a chain of GAUSS_CHAIN consecutive gb from s,
         phi_{s+c+1} = phi_{s+c} * exp(2(u-s) - 1) * exp(-2c): two ex2 per chain instead of one
-        per basis function (the MUFU unit, 16 results/clk/SM, was the features' bound).
+        per basis function (the MUFU unit, 16 results/clk/SM, is the features' bound).
         u is clamped to [-U_CLAMP, G-1+U_CLAMP], where every phi is below exp(-100), so the
         chain never forms inf * 0; a chain start that underflows loses only terms below
         exp(-(9.3 - 3)^2) ~ 4e-18. Float64 check: within 2e-6 absolute of exp(-(u-gb)^2),
@@ -1045,7 +1020,7 @@ class KanGradReduce:
     the rows among REDUCE_ROW_GROUPS = 16 warps: warp w adds rows w, w+16, ... in order, then
     warp 0 adds the 16 warps' sums in warp order. At the defaults (fp32: 32 x 288 columns,
     R = 128 at B=8192) that is 72 CTAs reading 4.7 MB, a thread 8 rows, all 8 loads in flight
-    at once (8 warps took two dependent rounds of L2 latency; measured 4.48 us on the H200).
+    at once (docs/notes/kan.md).
     (Not kernels.column_sum: this reduce also puts each column at its place in dC | dWb and
     drops the padding, which would otherwise take a gather kernel afterwards.)"""
 

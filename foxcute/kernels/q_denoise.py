@@ -37,8 +37,6 @@ the defaults, so most SMs get a share of the per-sample chains):
      defaults and grows with B (1025 rows, ~20 us at B=65537). With group_size ~ sqrt(CTAs),
      the critical path reads ~2*sqrt(CTAs) rows (~12 + 11 at the defaults, ~0.5 us each) for
      one more fence + ticket round trip (<1 us). Group count <= 255 (tickets per launch).
-     (An H200 experiment timed group sizes 4 to 32 within noise of each other at the
-     defaults, and one finisher for all 128 rows slower than any of them.)
      Where the grid is at most one CTA an SM (B <= 8448 on an H200, the defaults included),
      one level spread over every CTA instead, as in the KAN backward: each CTA arrives at one
      counter after its row, waits until all have, and sums one slice of the row over all the
@@ -46,14 +44,12 @@ the defaults, so most SMs get a share of the per-sample chains):
      lanes a vector summing 16 rows each, then a butterfly), so after the last row lands
      only the counter's round trips and one round of loads remain, not two ticket levels.
      Launched cooperative, so the wait completes whatever runs beside it.
-     Measured (H200, foxcute.compare, one call, 2 rounds): 9.39-9.64 -> 8.65-8.72 us; the
-     two-lane training step (A/B script, 3 rounds, a later session) 254.2-256.5 us with the
-     two-level finish against 254.6-255.6 with this one: unchanged, as with the KAN
-     backward's cooperative finish (KMajorWeightGrad's cooperative launch made it slower).
-     Papermill run 20261202T211504Z: 8.91 us (9.74 in run 20261202T051124Z).
 Samples past B have dy = 0 and a zero squared error, so they add exactly 0.
 Both precisions run this FFMA kernel: at 28 MFLOP tensor cores would buy nothing, and the
 result is full float32 either way (well inside the TF32 tolerance).
+
+At the defaults 9.05 us graph-replayed, 7.48 us at batch 1, where a graph replay of one
+trivial kernel takes 2.25 us (run 20261203T162501Z). History: docs/notes/q-denoise.md.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ and w2 meanwhile; a CTA covers a tile of rows of h.
         accumulates its H/4 units over SH2 with 128-bit loads of h (global) and of W1 (shared,
         the 8 lanes of a quarter-warp read one address: broadcast). The four quarters' epilogue
         sums meet by butterfly shuffles.
+
+At the defaults the TF32 kernel takes 9.09 us graph-replayed, 7.01 us at batch 1, where a graph
+replay of one trivial kernel takes 2.25 us (run 20261203T162501Z).
 """
 
 from __future__ import annotations
