@@ -1,7 +1,7 @@
 """foxcute: CuTe DSL kernels for the seven GPU hot spots of a DQN trading trainer.
 
-Every layer module offers `backend="reference"` (float64 NumPy, the contract of
-shared spec LAYERS.md) and the GPU backends built so far. Importing foxcute loads no GPU
+Every layer module offers `backend="reference"` (float64 NumPy, the executable form of
+docs/layers.md) and the GPU backends built so far. Importing foxcute loads no GPU
 library; the CuTe DSL, cupy and torch are imported when a GPU backend is first used.
 """
 
