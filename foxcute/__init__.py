@@ -1,6 +1,6 @@
 """foxcute: CuTe DSL kernels for the seven GPU hot spots of a DQN trading trainer.
 
-Every layer module offers `backend="reference"` (float64 NumPy, the contract of
+Every layer module offers `backend="reference"` (float64 NumPy, the executable form of
 docs/layers.md) and the GPU backends "cute" and "naive" (foxcute.BACKENDS). Importing foxcute loads no GPU
 library; the CuTe DSL, cupy and torch are imported when a GPU backend is first used.
 """

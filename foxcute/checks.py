@@ -1,4 +1,4 @@
-"""Numerical comparison against the float64 reference, as the spec defines it."""
+"""Numerical comparison against the float64 reference, as docs/layers.md section 8 defines it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from ._arrays import array_kind
 
-# Spec "Precision": ||out - ref|| / ||ref|| must stay under these, for every output.
+# docs/layers.md section 8: ||out - ref|| / ||ref|| must stay under these, for every output.
 TOLERANCE = {"tf32": 2e-3, "fp32": 1e-5}
 
 

@@ -1,4 +1,4 @@
-"""Curiosity forward model (ICM style), spec section 5: forward and backward in one call.
+"""Curiosity forward model (ICM style), docs/layers.md section 5: forward and backward in one call.
 
     z = [s, onehot(a)] @ W1^T + b1, hid = relu(z), pred = hid @ W2^T + b2
     r[b] = (1/(2F)) sum_f (pred[b,f] - s_next[b,f])^2,  loss = mean_b r[b]

@@ -1,4 +1,4 @@
-"""KAN layer with a Gaussian RBF basis, spec section 4: forward and parameter gradients.
+"""KAN layer with a Gaussian RBF basis, docs/layers.md section 4: forward and parameter gradients.
 
     phi[b, i*G+g] = exp(-((x[b,i] - mu_g) / delta)^2),  mu = linspace(-2, 2, G), delta = 4/(G-1)
     y = phi @ C^T + silu(x) @ Wb^T
@@ -95,7 +95,7 @@ def reference_backward(dy, x, C, Wb) -> KanGrads:
 
 
 def _phi(x, G):
-    """phi [B, I, G] (flattened row-major it is the spec's [B, I*G]), x - mu [B, I, G], delta."""
+    """phi [B, I, G] (flattened row-major it is docs/layers.md's [B, I*G]), x - mu [B, I, G], delta."""
     mu, delta = rbf_grid(G)
     offset = x[:, :, None] - mu
     return np.exp(-((offset / delta) ** 2)), offset, delta

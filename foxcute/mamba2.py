@@ -1,4 +1,4 @@
-"""Mamba2 temporal layer, spec section 1: forward and full backward.
+"""Mamba2 temporal layer, docs/layers.md section 1: forward and full backward.
 
     a = h_hist @ W_A, u = h_hist @ W_B, c = h @ W_C, g_t = sigma * sigmoid(a_t)
     x_0 = 0, x_{t+1} = g_t * x_t + u_t,  ctx = (1/D) sum_s c[:, s] x_K[:, s]
@@ -57,7 +57,7 @@ def forward(h_hist, h, W_A, W_B, W_C, w=None, sigma=1.0, *, backend="reference",
 
 def backward(dout, h_hist, h, W_A, W_B, W_C, w=None, sigma=1.0, *, backend="reference",
              impl="fused", precision="tf32") -> Mamba2Grads:
-    """The exact gradient of `forward` given dout [B, SH2] (spec section 1, Backward)."""
+    """The exact gradient of `forward` given dout [B, SH2] (docs/layers.md section 1.3)."""
     where = "foxcute.mamba2.backward"
     chk, w, sigma = _check(where, backend, impl, precision, h_hist, h, W_A, W_B, W_C, w, sigma, dout=dout)
     if backend == "reference":
@@ -164,7 +164,7 @@ def dsigma_term_norm(dout, h_hist, h, W_A, W_B, W_C, w, sigma) -> float:
 
 
 def _backward_from_seed(dout, h_hist, h, W_A, W_B, W_C, sigma, scan: _Scan, dctx, lam_K) -> Mamba2Grads:
-    """The backward given the reverse scan's seed lam_K (spec section 1, from dctx on)."""
+    """The backward given the reverse scan's seed lam_K (docs/layers.md section 1.3, from dctx on)."""
     dstate = W_C.shape[1]
     steps = h_hist.shape[1]
     dw = scan.ctx @ dout

@@ -1,4 +1,4 @@
-"""Q-denoise MLP (A -> H -> A, defaults 12 -> 24 -> 12), spec section 2: loss and backward.
+"""Q-denoise MLP (A -> H -> A, defaults 12 -> 24 -> 12), docs/layers.md section 2: loss and backward.
 
     z1 = q @ W1^T + b1, h1 = relu(z1), y = h1 @ W2^T + b2, loss = mean((y - q_target)^2)
 

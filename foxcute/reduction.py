@@ -1,4 +1,4 @@
-"""Column (bias-gradient) reduction, spec section 3: column_sum(G [M, N]) -> [N].
+"""Column (bias-gradient) reduction, docs/layers.md section 3: column_sum(G [M, N]) -> [N].
 
 The IQN head's bias gradient is M = B*Q = 524288 rows of N = 3 actions; its hidden layer
 has N = 128. The "before" kernel ran 3 threads, each looping over 524288 rows. The kernels

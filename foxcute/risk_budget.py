@@ -1,4 +1,4 @@
-"""Risk budget head, spec section 6: forward.
+"""Risk budget head, docs/layers.md section 6: forward.
 
     x = [h, isv broadcast over b, e[:, None]],  risk = sigmoid(relu(x @ W1^T + b1) @ w2 + b2)
 

@@ -1,4 +1,4 @@
-"""One synthetic training step, spec section 7: the layers chained as the trainer chains them.
+"""One synthetic training step, docs/layers.md section 7: the layers chained as the trainer chains them.
 
     out          = Mamba2 forward(h_hist, h, ...)                 [B, SH2]
     loss_c, r    = curiosity forward+backward(s = out, a, s_next)  (F = SH2)
@@ -352,7 +352,7 @@ def reference_given(reference: dict[str, Any], inputs: dict[str, dict[str, Any]]
     instead, curiosity's gradients through its ReLU mask would not be: an upstream rounding
     error of 1e-4 in Mamba2's out moves z across 0 for some entries, and each flipped entry
     moves dz by its whole value (ds was off by 3.4e-3 and 4.0e-3 end to end in TF32 steps on
-    the H200, over the spec's 2e-3, while curiosity on its own passes)."""
+    the H200, over the 2e-3 of docs/layers.md section 8, while curiosity on its own passes)."""
     fed = {name: to_numpy(outputs[name]) for name in CHAINED}
     checked = dict(reference)
     for name, part in _parts(_PublicLayers("reference", "fp32", "fused"), inputs, checked, chained=fed):

@@ -65,9 +65,9 @@ def test_weight_grad_matches_float64(rng, m, n, k, precision):
     assert dw.shape == (n, k) and db.shape == (n,)
     assert rel_err(dw, dy.astype(np.float64).T @ x) <= TOLERANCE[precision]
     # db is plain float32 sums (a CTA's ~M/33 rows in a chain, then the CTAs in order), held to
-    # the spec's float32 tolerance: at M = 65537 the 1e-6 bound this test had failed on the
+    # docs/layers.md's float32 tolerance: at M = 65537 the 1e-6 bound this test had failed on the
     # H200 in both precisions (the assertion text was not captured; 1e-6 is ~ the expected
-    # rounding of 2000-term float32 chains, and stricter than the spec)
+    # rounding of 2000-term float32 chains, and stricter than docs/layers.md)
     assert rel_err(db, dy.astype(np.float64).sum(0)) <= TOLERANCE["fp32"]
     only_dw = gemm.weight_grad(cp.asarray(dy), cp.asarray(x), with_bias=False, precision=precision)
     assert cp.array_equal(only_dw, dw)

@@ -1,6 +1,6 @@
 """The naive ("before") backend on the H200: every layer against the float64 reference, at
 odd small sizes and at the trainer's defaults (the naive Mamba2 backward at a reduced batch),
-within the spec's float32 tolerance; results identical run to run."""
+within the float32 tolerance of docs/layers.md section 8; results identical run to run."""
 
 import math
 

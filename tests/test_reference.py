@@ -1,5 +1,5 @@
-"""The float64 references against the spec: every gradient against central finite
-differences, and every forward against the spec's formulas written out as plain loops."""
+"""The float64 references against docs/layers.md: every gradient against central finite
+differences, and every forward against its formulas written out as plain loops."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Curiosity forward model (spec section 5) in plain PyTorch: the forward pass as a function,
-the gradients by autograd. `forward_backward(..., forward_fn=torch.compile(forward))` times
-torch.compile's version."""
+"""Curiosity forward model (docs/layers.md section 5) in plain PyTorch: the forward pass as a
+function, the gradients by autograd. `forward_backward(..., forward_fn=torch.compile(forward))`
+times torch.compile's version."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 
 def forward(s, a, s_next, W1, b1, W2, b2):
-    """(loss 0-d, r [B]): the one-hot input concatenated as the spec writes it."""
+    """(loss 0-d, r [B]): the one-hot input concatenated as docs/layers.md writes it."""
     features = s.shape[1]
     onehot = torch.nn.functional.one_hot(a.long(), W1.shape[1] - features).to(s.dtype)
     z = torch.cat([s, onehot], dim=1) @ W1.T + b1

@@ -1,6 +1,6 @@
-"""KAN layer with a Gaussian RBF basis (spec section 4) in plain PyTorch: forward as written,
-backward by autograd. `backward(..., forward_fn=torch.compile(forward))` times torch.compile's
-version."""
+"""KAN layer with a Gaussian RBF basis (docs/layers.md section 4) in plain PyTorch: forward as
+written, backward by autograd. `backward(..., forward_fn=torch.compile(forward))` times
+torch.compile's version."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mamba2 temporal layer (spec section 1) in plain PyTorch: the forward as written, the
+"""Mamba2 temporal layer (docs/layers.md section 1) in plain PyTorch: the forward as written, the
 backward by autograd. `backward(..., forward_fn=torch.compile(forward))` times torch.compile's
 version."""
 

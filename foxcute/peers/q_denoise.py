@@ -1,5 +1,6 @@
-"""Q-denoise MLP (spec section 2) in plain PyTorch: the loss as a function, its gradients by
-autograd. `loss_and_grads(..., loss_fn=torch.compile(loss))` times torch.compile's version."""
+"""Q-denoise MLP (docs/layers.md section 2) in plain PyTorch: the loss as a function, its
+gradients by autograd. `loss_and_grads(..., loss_fn=torch.compile(loss))` times torch.compile's
+version."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Risk budget head (spec section 6) in plain PyTorch, with the concatenation as written."""
+"""Risk budget head (docs/layers.md section 6) in plain PyTorch, with the concatenation as written."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The synthetic training step (spec section 7, foxcute.step) in plain PyTorch: the layers'
-forwards from foxcute.peers, every gradient by autograd, run eagerly, under torch.compile, or
-under torch.compile(mode="reduce-overhead") (torch's own CUDA graphs).
+"""The synthetic training step (docs/layers.md section 7, foxcute.step) in plain PyTorch: the
+layers' forwards from foxcute.peers, every gradient by autograd, run eagerly, under
+torch.compile, or under torch.compile(mode="reduce-overhead") (torch's own CUDA graphs).
 
 The step's gradients are those of separate objectives, as foxcute.step computes them: Mamba2's
 from sum(dout * out), the curiosity model's from its loss with its state s = out taken as an
