@@ -17,7 +17,7 @@ PHASE3_CHUNKS = mamba2.DEFAULTS["SH2"] // mamba2.CHUNK  # the fused backward unr
 TF32_WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32"
 LOAD_128 = r"ld\.global(\.nc)?\.v4\.(b32|f32)"
 STORE_128 = r"st\.global\.v4\.(b32|f32)"
-TF32_OPERAND = "@finite add.s32 bits, bits, 4096;"  # gemm.tf32_operand: + half a TF32 ulp
+TF32_OPERAND = "@finite add.s32 bits, bits, 4096;"  # _tf32.tf32_operand: + half a TF32 ulp
 FUSED = [f"fused_{d}_{p}" for d in ("forward", "backward") for p in mamba2.PRECISIONS]
 SEED = ["seed_scan_forward", "seed_readout", "seed_scan_backward"]
 
@@ -42,7 +42,7 @@ def test_tf32_variants_use_tensor_cores_with_rounding(ptx):
         if name.endswith("tf32"):
             assert TF32_WGMMA.format(n=2 * D) in ptx[name], name
             # operands are staged in shared memory rounded to nearest (half a TF32 ulp added,
-            # gemm.tf32_operand; the tensor cores would truncate), every one the same way
+            # _tf32.tf32_operand; the tensor cores would truncate), every one the same way
             assert TF32_OPERAND in ptx[name] and "cvt.rna" not in ptx[name], name
         else:
             assert "mma.sync" not in ptx[name] and "wgmma" not in ptx[name], name

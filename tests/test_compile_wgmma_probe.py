@@ -11,7 +11,8 @@ pytest.importorskip("cutlass")
 
 from foxcute import FoxcuteInputError  # noqa: E402
 from foxcute._arrays import Checker  # noqa: E402
-from foxcute.kernels import _cute, _wgmma, wgmma_probe  # noqa: E402
+from foxcute.kernels import _cute, _wgmma  # noqa: E402
+from probes import wgmma_probe  # noqa: E402
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32"
 
@@ -54,7 +55,7 @@ def test_staging_is_128_bit_and_rounded_to_nearest(ptx):
     for n in wgmma_probe.SUPPORTED_N:
         text = ptx[f"wgmma_tf32_n{n}"]
         floats_per_thread = (wgmma_probe.TILE_M + n) * wgmma_probe.CHUNK // wgmma_probe.THREADS
-        # Every float of a chunk is rounded once (gemm.tf32_operand: half a TF32 ulp added
+        # Every float of a chunk is rounded once (_tf32.tf32_operand: half a TF32 ulp added
         # where finite), in the loop, before its 128-bit store.
         assert text.count("@finite add.s32 bits, bits, 4096;") == floats_per_thread, n
         assert len(re.findall(r"st\.shared\.v4\.b32", text)) == floats_per_thread // 4, n

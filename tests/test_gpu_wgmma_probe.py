@@ -16,7 +16,7 @@ from conftest import matmul_operands
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
-probe = pytest.importorskip("foxcute.kernels.wgmma_probe")
+probe = pytest.importorskip("probes.wgmma_probe")
 
 SHAPES = [(64, 32, 32), (256, 64, 256), (8192, 32, 256)]
 

@@ -118,6 +118,11 @@ def tickets(x: Any, count: int) -> Any:
 
 
 @cute.jit
+def relu(x: cutlass.Float32) -> cutlass.Float32:
+    return x if x > cutlass.Float32(0.0) else cutlass.Float32(0.0)
+
+
+@cute.jit
 def take_ticket(mTicket: cute.Tensor, t: cutlass.Int32, tid: cutlass.Int32, sTicket: cute.Tensor) -> cutlass.Int32:
     """Publish this CTA's global writes, then draw ticket t once for the whole CTA (0, 1, ...:
     the CTA that draws count - 1 is the last to arrive, and reads the others' writes after a

@@ -1,15 +1,21 @@
-"""Hopper TF32 warpgroup MMA (wgmma) with both operands in shared memory: what the CuTe DSL
-4.8.1 lacks, shared by the kernels that use it (foxcute.kernels.mamba2's fused forward's and fused
-backward's a|u, and the probe foxcute.kernels.wgmma_probe, where the API was first checked on the H200).
+"""Hopper TF32 warpgroup MMA (wgmma): what the CuTe DSL 4.8.1 lacks, shared by the kernels that
+use it (foxcute.kernels.mamba2's fused forward's and fused backward's a|u and dW, curiosity's
+row pass, gemm.KMajorWeightGrad), first checked on the H200 by the probe
+tests/probes/wgmma_probe.py (a plain GEMM on this module, tested on its own).
 
 - `cute.nvgpu.warpgroup` offers MmaF16BF16Op, MmaF8Op and MmaI8Op only. The MLIR atom under
   them (cute_nvgpu.MmaAtomSM90Type) takes TF32 operand types too and lowers them to
-  `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32`, so `MmaTF32Op` is the F16/BF16 op
-  with the types and the instruction K changed: A and B TFloat32, a Float32 accumulator,
-  K = 8 per instruction, both operands K-major (the only majorness PTX allows for tf32
-  wgmma operands in shared memory), read through descriptors (SS); or A from registers (RS:
-  each thread holds its fragment elements, wherever they came from; gemm.KMajorWeightGrad's
-  "rows" kind loads them from a row-major tile).
+  `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32` (checked in the probe's PTX), so
+  `MmaTF32Op` is the F16/BF16 op with the types and the instruction K changed: A and B
+  TFloat32, a Float32 accumulator, K = 8 per instruction.
+- Operand majors. wgmma transposes an operand it reads from shared memory (imm-trans-a/b)
+  only for .f16/.bf16; for TF32 both shared-memory operands are K-major (the reduction
+  dimension contiguous), read through descriptors (SS). A can come from registers instead
+  (RS): each thread holds its fragment elements, loaded from wherever they are, so an
+  MN-major A works there (gemm.KMajorWeightGrad's "rows" kind loads them from a row-major
+  tile); B has no such way. A product whose operands are both MN-major in memory (a weight
+  gradient of activations stored [batch, features]) therefore needs one of them written or
+  restaged K-major (see gemm.KMajorWeightGrad).
 - TF32 operands are float32 bit patterns of which the tensor core reads the top 19 bits: an
   unrounded value is truncated, so every element is rounded to nearest (cvt.rna) once, where
   it is staged in shared memory.

@@ -40,336 +40,26 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Float64, Int32
-from cutlass._mlir.dialects import llvm
+from cutlass import Float32, Int32
 
 from cutlass.cute.nvgpu import warpgroup
 
 from .. import _arrays
 from .._layer import KernelContract
 from . import _cute, _wgmma
+from ._mma import (CHUNK, MODE, STAGES, THREADS, Operand, columns_view, load_pair, mma_chunks, staging_by_columns,
+                   staging_by_rows, store_pair, tile_mma, warp_mma)
+from ._tf32 import tf32_operand
 
 EPILOGUES = ("none", "bias_relu", "sigmoid", "row_dot", "residual")
 PRECISIONS = ("tf32", "fp32")
 # Not a layer: the seed Mamba2 design's products, also timed alone (lab.benchmarks.GEMM_CASES)
 CONTRACT = KernelContract(passes=("matmul", "weight_grad"), options={"precision": PRECISIONS})
-MODE = {"tf32": "tf32", "fp32": "ffma"}  # precision -> tile_mma mode
 MAX_DIM = 512  # N and K: the widest layer of the trainer; tiles and grids are sized for it
 MAX_ROWS = 2**31 // MAX_DIM  # M: layouts index with 32-bit integers
-THREADS = 128  # 4 warps
-CHUNK = 32  # reduction elements staged in shared memory per step
-STAGES = 3  # shared-memory buffers per streamed operand: two chunks in flight during the MMAs
 # SkinnyMatmul's: three chunks in flight (the fastest of 3, 4 and 6 stages on the seed's
 # projection; 6 leaves fewer CTAs an SM: docs/notes/gemm.md)
 MATMUL_STAGES = 4
-PAD = 4  # floats of row padding: row stride = 4 (mod 32) banks -> conflict-free A/B fragment reads
-
-
-def _mma_atom(warps_m: int = 4, warps_n: int = 1) -> cute.TiledMma:
-    # warps_m warps along M, warps_n along N: one issue covers a (16 warps_m) x (8 warps_n) x 8
-    # tile, repeated over the CTA tile.
-    return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)), (warps_m, warps_n, 1))
-
-
-@cute.jit
-def stage_tile(mX: cute.Tensor, num_rows: Int32, row0: Int32, vec0: Int32, num_vecs: Int32,
-               sX: cute.Tensor, rows: cutlass.Constexpr, vecs: cutlass.Constexpr,
-               vec: cutlass.Constexpr, tid: Int32, threads: cutlass.Constexpr = THREADS):
-    """Start copying the [rows, vecs*vec] block of mX (viewed [R, C/vec, vec]) at row row0,
-    vector vec0 into sX ([rows, vecs, vec] view of shared memory) with cp.async: no registers
-    held, and the copy runs while the MMAs of the previous chunk do. Parts out of range are
-    zeroed with plain stores. Consecutive threads take consecutive vectors of a row: coalesced
-    128-bit loads. The caller commits the group and waits for it."""
-    atom = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), Float32, num_bits_per_copy=32 * vec)
-    total = rows * vecs
-    for j in cutlass.range_constexpr((total + threads - 1) // threads):
-        idx = tid + j * threads
-        r = idx // vecs
-        q = idx % vecs
-        if cutlass.const_expr(total % threads == 0):
-            stage_vector(atom, mX, num_rows, row0 + r, vec0 + q, num_vecs, sX, r, q, vec)
-        elif idx < total:
-            stage_vector(atom, mX, num_rows, row0 + r, vec0 + q, num_vecs, sX, r, q, vec)
-
-
-@cute.jit
-def stage_vector(atom, mX: cute.Tensor, num_rows: Int32, row: Int32, v: Int32, num_vecs: Int32,
-                 sX: cute.Tensor, r: Int32, q: Int32, vec: cutlass.Constexpr):
-    if row < num_rows and v < num_vecs:
-        cute.copy(atom, mX[row, v, None], sX[r, q, None])
-    else:
-        zero = cute.make_rmem_tensor((vec,), Float32)
-        zero.fill(0.0)
-        sX[r, q, None].store(zero.load())
-
-
-@cute.jit
-def relu(x: Float32) -> Float32:
-    return x if x > Float32(0.0) else Float32(0.0)
-
-
-@cute.jit
-def load_tf32(dst: cute.Tensor, src: cute.Tensor, apply_relu: cutlass.Constexpr = False):
-    """Fragment load with round-to-nearest TF32 conversion (the MMA would truncate)."""
-    for i in cutlass.range_constexpr(cute.size(dst)):
-        if cutlass.const_expr(apply_relu):
-            dst[i] = Int32(cute.arch.cvt_f32_tf32(relu(src[i])))
-        else:
-            dst[i] = Int32(cute.arch.cvt_f32_tf32(src[i]))
-
-
-@cute.jit
-def round_tf32(x: Float32) -> Float32:
-    """x rounded to nearest TF32 (cvt.rna) and kept as float32 bits, for operands rounded once
-    when staged into shared memory: the MMA reads the top 19 bits as they are (it would
-    truncate an unrounded float32, biasing every product). A TF32 value any code may read;
-    tf32_operand is cheaper where only the tensor cores read it."""
-    return Float32(llvm.bitcast(Float32.mlir_type, cute.arch.cvt_f32_tf32(x)))
-
-
-@cute.jit
-def tf32_operand(x: Float32) -> Float32:
-    """x as a TF32 operand to be staged in shared memory for the tensor cores: its float32
-    bits plus half a TF32 ulp where x is finite. The tensor cores read the top 19 bits and
-    ignore the low 13, so they multiply x rounded to nearest TF32, ties away from zero:
-    round_tf32's value, bit-identical products. Two instructions (a compare of |x| and a
-    predicated add) where round_tf32 is three (ptxas adds a mask clearing the low bits for
-    a cvt.rna result that goes to memory; feeding an MMA straight from registers it is
-    these two already). Inf and NaN pass unchanged: an unguarded add would carry the
-    canonical NaN 0x7fffffff into the sign bit. The low bits are not cleared, so nothing
-    but an MMA may read the result."""
-    return Float32(llvm.inline_asm(
-        Float32.mlir_type, [x.ir_value()],
-        # |x| < inf as a float compare: one FSETP (testp.finite became a mask and an ISETP)
-        "{\n.reg .pred finite;\n.reg .f32 mag;\n.reg .b32 bits;\nabs.f32 mag, $1;\n"
-        "setp.lt.f32 finite, mag, 0f7F800000;\nmov.b32 bits, $1;\n@finite add.s32 bits, bits, 4096;\n"
-        "mov.b32 $0, bits;\n}", "=f,f",
-        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
-
-
-@cute.jit
-def store_pair(row: cute.Tensor, col: Int32, lo: Float32, hi: Float32):
-    """row[col], row[col + 1] <- lo, hi as one 64-bit store (col even, the row 8-byte aligned):
-    an MMA accumulator pair (g, 2t), (g, 2t + 1). Element stores of the pair were twice the
-    store instructions and each wrote every other word of its 32-byte sectors."""
-    pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
-    pair[0] = lo
-    pair[1] = hi
-    cute.autovec_copy(pair, cute.local_tile(row, (2,), (col // 2,)))
-
-
-@cute.jit
-def load_pair(row: cute.Tensor, col: Int32) -> tuple:
-    """(row[col], row[col + 1]) as one 64-bit load (col even, the row 8-byte aligned)."""
-    pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
-    cute.autovec_copy(cute.local_tile(row, (2,), (col // 2,)), pair)
-    return pair[0], pair[1]
-
-
-@cute.jit
-def load_bits(dst: cute.Tensor, src: cute.Tensor):
-    """Fragment load of operands already rounded by round_tf32 or tf32_operand, bit for bit."""
-    for i in cutlass.range_constexpr(cute.size(dst)):
-        dst[i] = Int32(llvm.bitcast(Int32.mlir_type, src[i].ir_value()))
-
-
-@cute.jit
-def tile_mma(tiled_mma: cute.TiledMma, tid: Int32, sA: cute.Tensor, sB: cute.Tensor,
-             acc: cute.Tensor, mode: cutlass.Constexpr, a_relu: cutlass.Constexpr = False):
-    """acc += f(sA) @ sB^T for sA [bm, CHUNK], sB [bn, CHUNK] (any layouts) in the MMA's
-    accumulator layout, f = relu if a_relu else identity. mode: "tf32" one
-    TF32 MMA; "ffma" / "ffma64" the same accumulator elements by FFMA / float64 FMA (acc
-    Float64)."""
-    thr = tiled_mma.get_slice(tid)
-    if cutlass.const_expr(mode == "tf32"):
-        tCsA = thr.partition_A(sA)
-        tCsB = thr.partition_B(sB)
-        rA = tiled_mma.make_fragment_A(tCsA[None, None, 0])
-        rB = tiled_mma.make_fragment_B(tCsB[None, None, 0])
-        for k in cutlass.range_constexpr(cute.size(tCsA, mode=[2])):
-            load_tf32(rA, tCsA[None, None, k], a_relu)
-            load_tf32(rB, tCsB[None, None, k])
-            cute.gemm(tiled_mma, acc, rA, rB, acc)
-    else:
-        # Accumulator element ((v0, v1), mi, ni) is C[row(v1, mi), col(v0, ni)].
-        cC = thr.partition_C(cute.make_identity_tensor((cute.size(sA, mode=[0]), cute.size(sB, mode=[0]))))
-        num_mi = cute.size(acc, mode=[1])
-        num_ni = cute.size(acc, mode=[2])
-        wide = Float64 if cutlass.const_expr(mode == "ffma64") else Float32
-        a = cute.make_rmem_tensor((2, num_mi), wide)
-        b = cute.make_rmem_tensor((2, num_ni), wide)
-        # A runtime loop: fully unrolled, the compiler hoists every shared load of the chunk
-        # into registers at once and spills at the widest tile.
-        for k in cutlass.range(cute.size(sA, mode=[1]), unroll=2):
-            for mi in cutlass.range_constexpr(num_mi):
-                for v1 in cutlass.range_constexpr(2):
-                    if cutlass.const_expr(a_relu):
-                        a[v1, mi] = wide(relu(sA[cC[(0, v1), mi, 0][0], k]))
-                    else:
-                        a[v1, mi] = wide(sA[cC[(0, v1), mi, 0][0], k])
-            for ni in cutlass.range_constexpr(num_ni):
-                for v0 in cutlass.range_constexpr(2):
-                    b[v0, ni] = wide(sB[cC[(v0, 0), 0, ni][1], k])
-            for mi in cutlass.range_constexpr(num_mi):
-                for ni in cutlass.range_constexpr(num_ni):
-                    for v1 in cutlass.range_constexpr(2):
-                        for v0 in cutlass.range_constexpr(2):
-                            acc[(v0, v1), mi, ni] = acc[(v0, v1), mi, ni] + a[v1, mi] * b[v0, ni]
-
-
-class Operand:
-    """One operand of a chunked product, streamed from global memory through a double buffer
-    in shared memory: chunk kc of it is the block at row row0 + kc*CHUNK (along_rows: CHUNK
-    rows of a matrix read transposed) or at column vector vec0 + kc*CHUNK/vec (a [rows, CHUNK]
-    row block). `stage3` is the [rows, vecs, vec, 2] staging view, `view` the [n, CHUNK, 2]
-    MMA view (see staging_by_rows / staging_by_columns)."""
-
-    def __init__(self, mX, num_rows, row0, vec0, num_vecs, rows, vecs, vec, along_rows, stage3, view,
-                 threads=THREADS):
-        self.tensors = (mX, stage3, view)
-        self.ints = (num_rows, row0, vec0, num_vecs)
-        self.static = (rows, vecs, vec, along_rows, threads)
-
-
-@cute.jit
-def issue_chunk(mX: cute.Tensor, stage3: cute.Tensor, num_rows: Int32, row0: Int32, vec0: Int32,
-                num_vecs: Int32, rows: cutlass.Constexpr, vecs: cutlass.Constexpr,
-                vec: cutlass.Constexpr, along_rows: cutlass.Constexpr, threads: cutlass.Constexpr,
-                kc: Int32, buf: Int32, tid: Int32):
-    if cutlass.const_expr(along_rows):
-        stage_tile(mX, num_rows, row0 + kc * CHUNK, vec0, num_vecs, stage3[None, None, None, buf],
-                   rows, vecs, vec, tid, threads)
-    else:
-        stage_tile(mX, num_rows, row0, vec0 + kc * (CHUNK // vec), num_vecs,
-                   stage3[None, None, None, buf], rows, vecs, vec, tid, threads)
-
-
-def staging_by_rows(smem, rows: int, vec: int, stages: int = STAGES) -> tuple:
-    """`stages`-deep staging for an operand read as [rows, CHUNK] row blocks (A, or B_t):
-    (the [rows, CHUNK/vec, vec, stages] staging view, the [rows, CHUNK, stages] MMA view).
-    Row stride CHUNK + 4 = 4 (mod 32) banks: conflict-free fragment reads."""
-    stride = CHUNK + PAD
-    stage3 = smem.allocate_tensor(Float32, cute.make_layout(
-        (rows, CHUNK // vec, vec, stages), stride=(stride, vec, 1, rows * stride)), 16)
-    view = cute.make_tensor(stage3.iterator, cute.make_layout(
-        (rows, CHUNK, stages), stride=(stride, 1, rows * stride)))
-    return stage3, view
-
-
-def staging_by_columns(smem, cols: int, vec: int, stages: int = STAGES) -> tuple:
-    """`stages`-deep staging for an operand whose chunks are CHUNK rows of a [K, cols]
-    row-major matrix read transposed (B = W for x @ W, or dY^T / X^T in a weight gradient):
-    (the [CHUNK, cols/vec, vec, stages] staging view, the [cols, CHUNK, stages] MMA view).
-    Row stride cols + 8 = 8 or 24 (mod 32) banks: conflict-free transposed fragment reads."""
-    stride = cols + 8
-    stage3 = smem.allocate_tensor(Float32, cute.make_layout(
-        (CHUNK, cols // vec, vec, stages), stride=(stride, vec, 1, CHUNK * stride)), 16)
-    view = cute.make_tensor(stage3.iterator, cute.make_layout(
-        (cols, CHUNK, stages), stride=(1, stride, CHUNK * stride)))
-    return stage3, view
-
-
-def rows_view(raw: cute.Tensor, rows: int, vec: int, stage_stride: int) -> tuple:
-    """staging_by_rows' two views on a raw shared buffer whose stages are stage_stride apart
-    (one buffer can then serve operands of different shapes in turn)."""
-    stride = CHUNK + PAD
-    stage3 = cute.make_tensor(raw.iterator, cute.make_layout(
-        (rows, CHUNK // vec, vec, STAGES), stride=(stride, vec, 1, stage_stride)))
-    view = cute.make_tensor(raw.iterator, cute.make_layout((rows, CHUNK, STAGES), stride=(stride, 1, stage_stride)))
-    return stage3, view
-
-
-def columns_view(raw: cute.Tensor, cols: int, vec: int, stage_stride: int) -> tuple:
-    """staging_by_columns' two views on a raw shared buffer whose stages are stage_stride apart."""
-    stride = cols + 8
-    stage3 = cute.make_tensor(raw.iterator, cute.make_layout(
-        (CHUNK, cols // vec, vec, STAGES), stride=(stride, vec, 1, stage_stride)))
-    view = cute.make_tensor(raw.iterator, cute.make_layout((cols, CHUNK, STAGES), stride=(1, stride, stage_stride)))
-    return stage3, view
-
-
-def stages_of(operand: Operand) -> int:
-    """The depth of an operand's staging buffer (the last mode of its MMA view)."""
-    return cute.size(operand.tensors[2], mode=[2])
-
-
-@cute.jit
-def start_chunks(tid: Int32, num_chunks: Int32, a: Operand, b: Operand):
-    """mma_chunks' prologue: issue its first S - 1 chunks of a (None: A is resident) and b,
-    S the staging depth (stages_of(b); a's is the same), one commit group per chunk (empty
-    past the end), so "all but the newest S - 2 groups are complete" always means "chunk kc
-    has landed". The staging buffers must be free (no thread still reading them: after
-    mma_chunks' closing barrier)."""
-    for kc in cutlass.range_constexpr(stages_of(b) - 1):
-        if kc < num_chunks:
-            if cutlass.const_expr(a is not None):
-                issue_chunk(*a.tensors[:2], *a.ints, *a.static, kc, kc, tid)
-            issue_chunk(*b.tensors[:2], *b.ints, *b.static, kc, kc, tid)
-        cute.arch.cp_async_commit_group()
-
-
-@cute.jit
-def mma_chunks(tiled_mma: cute.TiledMma, tid: Int32, acc: cute.Tensor, mode: cutlass.Constexpr,
-               num_chunks: Int32, a: Operand, b: Operand, a_resident: cute.Tensor = None,
-               a_relu: cutlass.Constexpr = False, after_chunk=None, multiply=None,
-               started: cutlass.Constexpr = False):
-    """acc += A @ B^T over num_chunks chunks of CHUNK, software-pipelined over S shared
-    buffers (S = stages_of(b); at 3, chunks kc+1 and kc+2 are in flight by cp.async while
-    chunk kc is multiplied). A is streamed (`a`) or resident in shared memory (`a_resident`
-    [bm, K], a = None); B is always streamed. after_chunk(buf), if given, runs on each
-    staged chunk after its MMAs (e.g. a column sum of the staged operand).
-    multiply(sA_chunk, sB_chunk, acc), if given, does a chunk's products in place of
-    tile_mma (a caller's own fragment path; mode and a_relu are then unused). started: the
-    caller has already issued the first chunks (start_chunks with the same operands, no
-    other cp.async group committed since), e.g. before an epilogue that does not touch the
-    staging buffers, so their latency hides behind it. Ends with a barrier: the buffers are
-    free again."""
-    b_mX, b_stage3, b_view = b.tensors
-    b_num_rows, b_row0, b_vec0, b_num_vecs = b.ints
-    b_rows, b_vecs, b_vec, b_along_rows, b_threads = b.static
-    streamed_a = cutlass.const_expr(a_resident is None)
-    a_mX, a_stage3, a_view = b.tensors
-    a_num_rows, a_row0, a_vec0, a_num_vecs = b.ints
-    a_rows, a_vecs, a_vec, a_along_rows, a_threads = b.static
-    if cutlass.const_expr(streamed_a):
-        a_mX, a_stage3, a_view = a.tensors
-        a_num_rows, a_row0, a_vec0, a_num_vecs = a.ints
-        a_rows, a_vecs, a_vec, a_along_rows, a_threads = a.static
-    a_rows_resident = 0
-    if cutlass.const_expr(not streamed_a):
-        a_rows_resident = cute.size(a_resident, mode=[0])
-
-    stages = stages_of(b)
-    if cutlass.const_expr(not started):
-        start_chunks(tid, num_chunks, a, b)
-    for kc in cutlass.range(num_chunks, unroll=1):
-        cute.arch.cp_async_wait_group(stages - 2)
-        # Chunk kc is visible to all, and everyone has finished chunk kc - 1: its buffer
-        # ((kc + stages - 1) % stages) can be refilled.
-        cute.arch.sync_threads()
-        ahead = kc + stages - 1
-        if ahead < num_chunks:
-            if cutlass.const_expr(streamed_a):
-                issue_chunk(a_mX, a_stage3, a_num_rows, a_row0, a_vec0, a_num_vecs, a_rows, a_vecs,
-                            a_vec, a_along_rows, a_threads, ahead, ahead % stages, tid)
-            issue_chunk(b_mX, b_stage3, b_num_rows, b_row0, b_vec0, b_num_vecs, b_rows, b_vecs, b_vec,
-                        b_along_rows, b_threads, ahead, ahead % stages, tid)
-        cute.arch.cp_async_commit_group()
-        buf = kc % stages
-        if cutlass.const_expr(multiply is not None):
-            if cutlass.const_expr(streamed_a):
-                multiply(a_view[None, None, buf], b_view[None, None, buf], acc)
-            else:
-                multiply(cute.local_tile(a_resident, (a_rows_resident, CHUNK), (0, kc)),
-                         b_view[None, None, buf], acc)
-        elif cutlass.const_expr(streamed_a):
-            tile_mma(tiled_mma, tid, a_view[None, None, buf], b_view[None, None, buf], acc, mode, a_relu)
-        else:
-            tile_mma(tiled_mma, tid, cute.local_tile(a_resident, (a_rows_resident, CHUNK), (0, kc)),
-                     b_view[None, None, buf], acc, mode, a_relu)
-        if cutlass.const_expr(after_chunk is not None):
-            after_chunk(buf)
-    cute.arch.sync_threads()
 
 
 @cute.jit
@@ -455,7 +145,7 @@ class SkinnyMatmul:
         else:
             sB3, sB = staging_by_rows(smem, self.bn, self.vec, MATMUL_STAGES)
 
-        tiled_mma = _mma_atom()
+        tiled_mma = warp_mma(4, 1)
         thr = tiled_mma.get_slice(tid)
         acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((self.bm, self.bn)))
         cC = thr.partition_C(cute.make_identity_tensor((self.bm, self.bn)))
@@ -688,7 +378,7 @@ class WeightGrad:
         sDy3, sDyT = columns_view(dy_raw, self.bn, vec_n, CHUNK * (self.bn + 8))
         sX3, sXT = columns_view(x_raw, self.bk, vec_k, CHUNK * (self.bk + 8))
 
-        tiled_mma = _mma_atom(2, 2)  # 32 x 32 warp tiles: 256 B of fragment reads per MMA
+        tiled_mma = warp_mma(2, 2)  # 32 x 32 warp tiles: 256 B of fragment reads per MMA
         group = tid // THREADS
         thr = tiled_mma.get_slice(tid % THREADS)
         cC = thr.partition_C(cute.make_identity_tensor((self.bn, self.bk)))

@@ -74,6 +74,8 @@ from cutlass.memory import SmemAllocator
 from .. import _arrays
 from .._layer import PRECISIONS, KernelContract
 from . import _cute
+from ._mma import warp_mma
+from ._tf32 import round_tf32_bits, tf32_operand_bits_finite
 
 THREADS = 256
 ROWS = 64  # fp32: rows of a CTA: B=8192 gives 128 CTAs, one wave on an H200
@@ -467,7 +469,7 @@ class KanForwardTf32(_ForwardLaunch, KanTf32Config):
         cute.arch.barrier()
 
         sW2 = cute.make_tensor(sW.iterator, cute.make_layout((O8, KP // 2, 2), stride=(stride, 2, 1)))
-        mma = cute.make_mma_atom(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)))
+        mma = warp_mma(1, 1)
         tiles = O8 // 8
         acc = cute.make_rmem_tensor((4, 1, 1, tiles), Float32)
         acc.fill(0.0)
@@ -482,12 +484,12 @@ class KanForwardTf32(_ForwardLaunch, KanTf32Config):
                 a_vals = [self.feature(x_a[blk, 0], gb), self.feature(x_b[blk, 0], gb),
                           self.feature(x_a[blk, 1], gb), self.feature(x_b[blk, 1], gb)]
                 for v in cutlass.range_constexpr(4):
-                    frag_a_bits[v, 0, 0] = Int32(cute.arch.cvt_f32_tf32(a_vals[v]))
+                    frag_a_bits[v, 0, 0] = round_tf32_bits(a_vals[v])
                 pair = (gb * self.I8 + blk * 8) // 2 + t
                 for j in cutlass.range_constexpr(tiles):
                     w.store(sW2[j * 8 + g, pair, None].load())
-                    frag_b_bits[0, 0, 0] = Int32(cute.arch.cvt_f32_tf32(w[0]))
-                    frag_b_bits[1, 0, 0] = Int32(cute.arch.cvt_f32_tf32(w[1]))
+                    frag_b_bits[0, 0, 0] = round_tf32_bits(w[0])
+                    frag_b_bits[1, 0, 0] = round_tf32_bits(w[1])
                     cute.gemm(mma, acc[None, None, None, j], frag_a, frag_b, acc[None, None, None, j])
 
         out = cute.make_rmem_tensor((2,), Float32)
@@ -555,14 +557,6 @@ def _computed_once(x: Float32) -> Float32:
     return Float32(llvm.inline_asm(Float32.mlir_type, [x.ir_value()], "mov.b32 $0, $1;", "=f,f",
                                    has_side_effects=True, is_align_stack=False,
                                    asm_dialect=llvm.AsmDialect.AD_ATT))
-
-
-def _tf32_bits_finite(x: Float32) -> Int32:
-    """A finite x rounded to nearest TF32 (ties away from zero) as the MMA reads it (its top
-    19 bits): its bits plus half a TF32 ulp. ptxas lowers cvt.rna.tf32.f32 feeding an MMA to
-    this same add, behind a finiteness test and select (3 instructions, here 1); the features
-    are finite by construction."""
-    return Int32(llvm.bitcast(Int32.mlir_type, x.ir_value())) + Int32(0x1000)
 
 
 class KanBackwardTf32(KanTf32Config):
@@ -794,7 +788,7 @@ class KanBackwardTf32(KanTf32Config):
             idx = lane + 32 * k
             r = idx // per_row
             for e in cutlass.range_constexpr(self.dy_vec):
-                bits[e] = Int32(cute.arch.cvt_f32_tf32(regs[k, e]))
+                bits[e] = round_tf32_bits(regs[k, e])
             sDyV[warp, r, idx - r * per_row, None].store(bits.load())
 
     @cute.jit
@@ -829,9 +823,9 @@ class KanBackwardTf32(KanTf32Config):
             if idx < tasks:
                 real = blk * INPUT_BLOCK + i < self.I
                 for gb in cutlass.range_constexpr(G):
-                    bits = Int32(cute.arch.cvt_f32_tf32(c_regs[k, gb // cv, gb % cv]))
+                    bits = round_tf32_bits(c_regs[k, gb // cv, gb % cv])
                     sW[gb // 2, gb % 2, i, o] = cutlass.select_(real, bits, Int32(0))
-                bits = Int32(cute.arch.cvt_f32_tf32(wb_regs[k]))
+                bits = round_tf32_bits(wb_regs[k])
                 sW[G // 2, G % 2, i, o] = cutlass.select_(real, bits, Int32(0))
         if cutlass.const_expr(self.KB % 2 == 1):  # M tile slot past silu
             for k in cutlass.range_constexpr(_ceil(INPUT_BLOCK * self.O8, BWD_THREADS)):
@@ -887,7 +881,7 @@ class KanBackwardTf32(KanTf32Config):
                 work_row: Int32, warp: Int32, g: Int32, t: Int32, tid: Int32):
         """dWcat partial over the warp's rows (MMA), the 8 warps' tiles summed in warp order
         into the CTA's partial row mWork[work_row] (entry o*KB8 + f), a_tiles tiles a round."""
-        mma = cute.make_mma_atom(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)))
+        mma = warp_mma(1, 1)
         frag_a = cute.make_rmem_tensor((4, 1, 1, self.m_tiles), cutlass.TFloat32)
         frag_a_bits = cute.recast_tensor(frag_a, Int32)
         frag_b = cute.make_rmem_tensor((2, 1, 1), cutlass.TFloat32)
@@ -911,8 +905,8 @@ class KanBackwardTf32(KanTf32Config):
                     frag_a_bits[2, 0, 0, m] = sDy[warp, r0 + 1, 16 * m + g]
                     frag_a_bits[3, 0, 0, m] = sDy[warp, r0 + 1, 16 * m + g + 8]
                 for n in cutlass.range_constexpr(nn):
-                    frag_b_bits[0, 0, 0] = _tf32_bits_finite(phi[n0 + n][2 * q])
-                    frag_b_bits[1, 0, 0] = _tf32_bits_finite(phi[n0 + n][2 * q + 1])
+                    frag_b_bits[0, 0, 0] = tf32_operand_bits_finite(phi[n0 + n][2 * q])
+                    frag_b_bits[1, 0, 0] = tf32_operand_bits_finite(phi[n0 + n][2 * q + 1])
                     for m in cutlass.range_constexpr(self.m_tiles):
                         cute.gemm(mma, acc[None, None, None, m, n], frag_a[None, None, None, m],
                                   frag_b, acc[None, None, None, m, n])
@@ -944,7 +938,7 @@ class KanBackwardTf32(KanTf32Config):
         """dx of the lane's x-values: dfeat^T tiles (MMA) times dphi/dx, summed over the basis
         functions in order."""
         G = self.G
-        mma = cute.make_mma_atom(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)))
+        mma = warp_mma(1, 1)
         frag_a = cute.make_rmem_tensor((4, 1, 1), cutlass.TFloat32)
         frag_a_bits = cute.recast_tensor(frag_a, Int32)
         frag_b = cute.make_rmem_tensor((2, 1, 1), cutlass.TFloat32)

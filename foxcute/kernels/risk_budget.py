@@ -39,6 +39,8 @@ from cutlass.memory import SmemAllocator
 from .. import _arrays
 from .._layer import PRECISIONS, KernelContract
 from . import _cute
+from ._mma import warp_mma
+from ._tf32 import round_tf32_bits
 
 WARPS = 8
 FP32_ROWS = WARPS * 8  # fp32: a warp covers 8 rows (x 4 quarters of the hidden units)
@@ -244,7 +246,7 @@ class RiskBudgetTf32(RiskBudgetConfig):
         cute.arch.barrier()
 
         tiles = self.h8 // 8
-        mma = cute.make_mma_atom(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)))
+        mma = warp_mma(1, 1)
         acc = cute.make_rmem_tensor((4, 1, 1, tiles), Float32)
         acc.fill(0.0)
         w = cute.make_rmem_tensor((4,), Float32)
@@ -255,18 +257,18 @@ class RiskBudgetTf32(RiskBudgetConfig):
         for c in cutlass.range_constexpr(self.chunks):
             slot = c % self.depth
             for s in cutlass.range_constexpr(2):
-                frag_a_bits[0, 0, 0, s] = Int32(cute.arch.cvt_f32_tf32(h_a[slot, 2 * s]))
-                frag_a_bits[1, 0, 0, s] = Int32(cute.arch.cvt_f32_tf32(h_b[slot, 2 * s]))
-                frag_a_bits[2, 0, 0, s] = Int32(cute.arch.cvt_f32_tf32(h_a[slot, 2 * s + 1]))
-                frag_a_bits[3, 0, 0, s] = Int32(cute.arch.cvt_f32_tf32(h_b[slot, 2 * s + 1]))
+                frag_a_bits[0, 0, 0, s] = round_tf32_bits(h_a[slot, 2 * s])
+                frag_a_bits[1, 0, 0, s] = round_tf32_bits(h_b[slot, 2 * s])
+                frag_a_bits[2, 0, 0, s] = round_tf32_bits(h_a[slot, 2 * s + 1])
+                frag_a_bits[3, 0, 0, s] = round_tf32_bits(h_b[slot, 2 * s + 1])
             if cutlass.const_expr(c + self.depth < self.chunks):
                 self.load_chunk(mH, src_a, c + self.depth, t, h_a[slot, None])
                 self.load_chunk(mH, src_b, c + self.depth, t, h_b[slot, None])
             for j in cutlass.range_constexpr(tiles):
                 w.store(sWv[j * 8 + g, c * 4 + t, None].load())
                 for s in cutlass.range_constexpr(2):
-                    frag_b_bits[0, 0, 0] = Int32(cute.arch.cvt_f32_tf32(w[2 * s]))
-                    frag_b_bits[1, 0, 0] = Int32(cute.arch.cvt_f32_tf32(w[2 * s + 1]))
+                    frag_b_bits[0, 0, 0] = round_tf32_bits(w[2 * s])
+                    frag_b_bits[1, 0, 0] = round_tf32_bits(w[2 * s + 1])
                     cute.gemm(mma, acc[None, None, None, j], frag_a[None, None, None, s],
                               frag_b, acc[None, None, None, j])
 

@@ -2,39 +2,32 @@
 
     C [M, N] = A [M, K] @ B [N, K]^T       float32 in and out, TF32 products, float32 sums
 
-The test bed of kernels._wgmma (which the Mamba2 fused kernels use): a plain GEMM, checked
-against NumPy on its own; not a layer kernel.
+The test bed of foxcute.kernels._wgmma (which the Mamba2 fused kernels, curiosity's row pass
+and gemm.KMajorWeightGrad use): a plain GEMM, checked against NumPy on its own by
+tests/test_gpu_wgmma_probe.py and for its PTX by tests/test_compile_wgmma_probe.py; not a
+kernel of the package. What the CuTe DSL lacks for TF32 wgmma, and the operand majors TF32
+allows: see _wgmma's module docstring.
 
-What the CuTe DSL 4.8.1 gives, and what this file adds.
-- `cute.nvgpu.warpgroup` offers MmaF16BF16Op, MmaF8Op and MmaI8Op only. The MLIR atom under
-  them (cute_nvgpu.MmaAtomSM90Type) takes TF32 operand types too and lowers them to
-  `wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32` (checked in the PTX), so
-  `_wgmma.MmaTF32Op` (shared with the Mamba2 fused kernels) is the F16/BF16 op with the types
-  and the instruction K changed: A and B TFloat32, a Float32 accumulator, K = 8 per
-  instruction, both operands K-major (the only majorness PTX allows for tf32 wgmma) and read
-  from shared memory through descriptors (SS).
-- TF32 operands are float32 bit patterns of which the tensor core reads the top 19 bits: an
-  unrounded value is truncated. So every element is rounded to nearest once, as it is staged
-  in shared memory: gemm.tf32_operand adds half a TF32 ulp to finite values and the tensor
-  core's truncation completes the rounding (as foxcute.kernels.mamba2 does).
-- Shared-memory layout: the K-major 128-byte-swizzle atom (warpgroup.make_smem_layout_atom
-  K_SW128: 8 rows of 32 floats, 16-byte chunks of row r XOR-permuted by r mod 8) tiled over
-  the [rows, CHUNK] tile. CHUNK = 32 floats is exactly one atom row, so one K-chunk of a tile is
-  rows/8 atoms stacked along M (N); the atom must start on a 1024-byte boundary. The swizzle
-  lives in the pointer (allocate_tensor's `swizzle`), the wgmma descriptors are built by the
-  DSL from that layout (make_fragment_A/B), one per 8-wide K step.
+What the probe does with it.
+- TF32 rounding: every element is rounded to nearest once, as it is staged in shared memory:
+  _tf32.tf32_operand adds half a TF32 ulp to finite values and the tensor core's truncation
+  completes the rounding (as foxcute.kernels.mamba2 does).
+- Shared-memory layout: _wgmma's K-major 128-byte-swizzle atom (8 rows of 32 floats) tiled
+  over the [rows, CHUNK] tile. CHUNK = 32 floats is exactly one atom row, so one K-chunk of a
+  tile is rows/8 atoms stacked along M (N); the wgmma descriptors are built by the DSL from
+  that layout (make_fragment_A/B), one per 8-wide K step.
 - The swizzle moves whole 16-byte chunks, so 4 consecutive floats of a row stay contiguous:
   the staging is 128-bit loads from global memory into registers, rounding, 128-bit stores.
-- Ordering: the stores are generic-proxy writes and wgmma reads through the async proxy, so
-  each thread fences (fence.proxy.async.shared::cta) before the barrier that precedes the MMAs.
-  warpgroup.fence() (wgmma.fence) before a step's first wgmma orders the accumulator registers
-  (written by the fill and by the previous step's wgmmas) against it; commit_group closes the
-  step's 4 wgmmas into one group; wait_group(1) at the end of step kc leaves only that group
-  in flight, i.e. this warp has seen group kc - 1 retire. Three buffers make one barrier per
-  step enough: step kc refills the buffer of group kc - 3, and every warp waited for that group
-  (end of step kc - 2) before arriving at step kc - 1's barrier, which the refilling warp has
-  passed. (Two buffers would rely on one warp's wait covering the whole warpgroup's reads.)
-  wait_group(0) before the epilogue reads the accumulators.
+- Ordering: each thread fences its stores for the async proxy (_wgmma.publish) before the
+  barrier that precedes the MMAs. warpgroup.fence() (wgmma.fence) before a step's first wgmma
+  orders the accumulator registers (written by the fill and by the previous step's wgmmas)
+  against it; commit_group closes the step's 4 wgmmas into one group; wait_group(1) at the
+  end of step kc leaves only that group in flight, i.e. this warp has seen group kc - 1
+  retire. Three buffers make one barrier per step enough: step kc refills the buffer of group
+  kc - 3, and every warp waited for that group (end of step kc - 2) before arriving at step
+  kc - 1's barrier, which the refilling warp has passed. (Two buffers would rely on one warp's
+  wait covering the whole warpgroup's reads.) wait_group(0) before the epilogue reads the
+  accumulators.
 
 The kernel. One warpgroup (128 threads) per CTA and one 64 x N tile of C per CTA (N in
 {32, 64}: one m64nNk8 instruction covers the tile's width). K is walked in CHUNK = 32 steps
@@ -47,8 +40,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _cute
-from ._cute import CompiledCache, compile_kernel, fake_ptr, fake_stream, gmem_ptr
+from foxcute.kernels import _cute
+from foxcute.kernels._cute import CompiledCache, compile_kernel, fake_ptr, fake_stream, gmem_ptr
 
 import cuda.bindings.driver as cuda  # noqa: E402  (after _cute: it sets the target arch)
 import cutlass  # noqa: E402
@@ -56,9 +49,9 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 from cutlass.cute.nvgpu import warpgroup  # noqa: E402
 
-from .._arrays import Checker, FoxcuteInputError  # noqa: E402
-from ._wgmma import allocate_sw128, mma_group, publish, tiled_mma_tf32  # noqa: E402
-from .gemm import tf32_operand  # noqa: E402
+from foxcute._arrays import Checker, FoxcuteInputError  # noqa: E402
+from foxcute.kernels._tf32 import tf32_operand  # noqa: E402
+from foxcute.kernels._wgmma import allocate_sw128, mma_group, publish, tiled_mma_tf32  # noqa: E402
 
 THREADS = 128  # one warpgroup
 TILE_M = 64  # rows of C per CTA: the wgmma M
@@ -188,7 +181,7 @@ def _compile(n: int, k: int, keep: bool = False) -> Any:
 def matmul_nt(A: Any, B: Any, *, out: Any = None) -> Any:
     """A [M, K] @ B [N, K]^T for float32 cupy arrays / torch CUDA tensors, on the current
     stream. Sizes: see check_sizes."""
-    chk = Checker("foxcute.kernels.wgmma_probe.matmul_nt", gpu=True)
+    chk = Checker("probes.wgmma_probe.matmul_nt", gpu=True)
     chk.array("A", A, ("M", "K"))
     chk.array("B", B, ("N", "K"))
     check_sizes(chk)
