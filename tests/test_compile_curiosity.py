@@ -30,7 +30,7 @@ def test_row_pass_keeps_everything_in_registers(precision, f, h, num_actions, ac
     assert curiosity.uses_wgmma(f, h, precision) == (precision == "tf32" and f + h <= 384)
     report = _cute.ptxas_report(*curiosity.row_pass_compile_args(f, h, num_actions, precision, action_dtype))
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
-    assert curiosity.RowPass.smem_floats(curiosity.row_block(f, h), f, h) * 4 <= curiosity.SMEM_BUDGET
+    assert curiosity.RowPassMmaSync.smem_floats(curiosity.row_block(f, h), f, h) * 4 <= curiosity.SMEM_BUDGET
 
 
 def _sass(precision: str, tmp_path) -> str:

@@ -7,27 +7,27 @@
     dW2 = dpred^T hid, db2 = sum dpred, dW1 = [dz^T s | scatter-add of dz by action], db1 = sum dz
 
 Work at the defaults (B=8192, F=256, A=3, H=128): six [B x 256 x 128]-sized products, 3.2 GFLOP,
-so tensor cores are needed (TF32 mma.sync; FFMA in fp32 mode). Compulsory traffic: s, s_next
-read and ds written, 3 x 8 MB = 25 MB, a 6 us floor at 4.25 TB/s.
+so tensor cores are needed (TF32 wgmma or mma.sync; FFMA in fp32 mode). Compulsory traffic: s,
+s_next read and ds written, 3 x 8 MB = 25 MB, a 6 us floor at 4.25 TB/s.
 
 Where the split is, and why (four launches and one small copy).
 - `WeightPrep` first writes the weights the way the row pass streams them (4 x H x F floats,
   0.5 MB at the defaults): W1s = W1[:, :F] contiguous (W1's rows of F + A floats are not
   whole float4s: it would stream by 4-byte copies, each with its own address and bounds
   arithmetic), and W2, W2^T and W1s^T, rounded to TF32 in TF32 mode, so that every weight
-  chunk of the row pass is a block of k-contiguous rows that ldmatrix reads as MMA operands
-  with no conversion. That is done once per call instead of by every CTA at every fragment
-  load: at the defaults the row pass issues ~9.1k instructions a warp (SASS count) instead
-  of ~12.9k converting and transposing the weights itself.
-- `RowPass` (one kernel) does everything that is row-local, for a block of `bm` rows per CTA
-  (64 at the defaults: 128 CTAs of 8 warps; in TF32 at 64-row blocks the products run on
-  wgmma, RowPass.kernel_wgmma, elsewhere on mma.sync or FFMA): z, hid, pred, diff, r, dpred, dh, dz and ds,
+  chunk of the row pass is a block of k-contiguous rows, read as MMA operands with no
+  conversion; TF32 adds W1s's hi / lo parts (z's B operands on wgmma) and row norms. That is
+  done once per call instead of by every CTA at every fragment load.
+- The row pass (one kernel) does everything that is row-local, for a block of `bm` rows per
+  CTA (64 at the defaults: 128 CTAs of 8 warps): z, hid, pred, diff, r, dpred, dh, dz and ds,
   with z (then dz, in place) and dpred resident in shared memory between the four products;
-  only the weights and s stream through a 3-stage cp.async pipeline (gemm.mma_chunks; each
-  loop's first chunks are issued before the previous loop's epilogue). It
-  writes ds, r, and hid, dpred, dz for the weight gradients, and the CTA's partial column
-  sums of dpred and dz (db2, db1), of dz per action (W1's action columns: the scatter-add of
-  the one-hot is a per-action column sum) and of r / B (the loss).
+  only the weights and s stream through cp.async stages (each loop's first chunks are issued
+  before the previous loop's epilogue). `RowPass` holds what its two paths share; TF32 at
+  64-row blocks runs on wgmma (`RowPassWgmma`), everything else on mma.sync or FFMA
+  (`RowPassMmaSync`); `row_pass_for` picks one. It writes ds, r, and hid, dpred, dz for the
+  weight gradients, and the CTA's partial column sums of dpred and dz (db2, db1), of dz per
+  action (W1's action columns: the scatter-add of the one-hot is a per-action column sum) and
+  of r / B (the loss).
 - The weight gradients dW2 = dpred^T hid and dW1[:, :F] = dz^T s reduce over the batch: a
   [F x H] partial per CTA is 128 KB of accumulators, more than a CTA can hold next to the
   row pass's tiles, so they cannot be accumulated there. They run as one launch for both
@@ -49,51 +49,15 @@ Where the split is, and why (four launches and one small copy).
 - Every batch reduction is per-CTA partials added in a fixed order: bit-identical from run
   to run, no float atomics.
 
-Measured (H200 run 20261129T223000Z, step breakdown): WeightPrep 3.3 us, RowPass 38.5 us
-(42.7 us before the latency overlap of RowPass (b), run 20261129T204705Z, which predicted
-~39-40; 38.0 us before z's exact signs, run 20261129T190653Z; 50.0 us before the prepared
-weights and ldmatrix fragments, run 20261129T164734Z, when the SASS counts predicted ~25 us),
-WeightGrad 24.5 us, column_sum 5.1 us; the layer 75.8 us graph-replayed (81.5 us before the
-overlap). Still far from its 20 us target; RowPass's critical path, what bounds it and the
-options: see RowPass; what binds WeightGrad: see gemm.WeightGrad.
-Then the TF32 weight gradients moved to wgmma on K-major copies (GPU check scripts, same
-run, graph-replayed): the pair 24.9 -> 15.5 us (gemm.KMajorWeightGrad), but WeightPrep + the
-row pass 43.6 -> 47.7 us, of which the extra 8 MB of s^T is most (by difference: the row pass
-with only hid^T stored took 39.0 us); the layer 75.5 -> 71.7 us (72.8 in a second run). H200
-papermill run 20261201T180840Z: the layer 72.0 us (75.3 in run 20261130T011856Z); step
-breakdown RowPass 42.2 us (38.7), KMajorWeightGrad 17.2 us (WeightGrad 24.4); at batch 1 the
-layer now takes 51.2 us (44.5): the K-major stores lengthen the lone CTA's chain (not
-analysed further). Written from the column-sum passes as float4 runs along the batch (each warp
-instruction 32 half sectors), dpred^T and dz^T made the row pass 6 us slower than from the
-accumulators; s^T from z's A fragments instead of the staged chunk was no faster (and 255
-registers). Then dW1 without s^T: dW1^T = s^T dz with A = s from registers (RS),
-predicted to win back most of the row pass's ~4 us. Measured (GPU check scripts): the row
-pass + prep 47.6-48.1 -> 42.9-43.8 us, as predicted, but the weight gradients 15.5-16.8 ->
-21.1 us while each k-block's wgmma group was waited for before its fragment registers were
-reloaded (the layer no faster: 72.6 -> 72.6-73.6 us in one run); with two fragment register
-sets alternating (one group in flight while the next block's fragment loads) 19.3 us, the
-layer 70.2-70.4 us, batch 1 49.1 us (51.6; on a later machine than the 72.6 us).
-Column sums on a side lane beside the weight gradients (H200 A/B script, graph-replayed):
-the layer 70.65 -> 68.98 us; papermill run 20261201T224219Z: 67.5 us.
-The row pass runs 8 warps an SM (one CTA of ~185 KB shared memory; ~197 KB on wgmma).
-Then the TF32 row pass on wgmma (RowPass, option (d); H200, foxcute.compare, graph-replayed,
-the layer): first 71.7-72.3 us against 65.3-65.9 for mma.sync; its chunk loops unrolled made
-~110 KB of code, and ncu put a fifth of the samples on instruction fetch and the ds
-epilogues' 32-bit stores near another fifth; at run-time loops 63.9-64.2 (RowPass 38.2 us in
-ncu); with ds stored and s_next loaded as 64-bit pairs 57.5-58.1 against 65.2-65.8.
-Papermill run 20261202T033351Z: the layer 59.8 us (67.6 in run 20261202T013119Z), step
-breakdown RowPass 30.8 us (38.8).
-Then (foxcute.compare, one H200 call, 3 rounds, the layer): KMajorWeightGrad on 128 x 128
-tiles with the split sums spread over each tile's CTAs (see it) 57.8-58.0 -> 53.2-53.5 us
-(predicted ~8 us from its per-SM traffic, 656 -> 384 KB: about half came); and the row pass's
-three resident-A products keeping one wgmma group in flight across each chunk's barrier
-(run_wgmma_loop) 51.8-52.4 us. Papermill run 20261202T051124Z (both): the layer 52.9 us;
-step breakdown KMajorWeightGrad 13.6 us (18.9), RowPass 30.5 (30.8: in the step the group in
-flight bought less than in the layer alone).
-Fixed cost (run 20261130T011856Z): the layer takes 44.5 us at batch 1 and 75.3 us at 8192,
-where a graph replay of one trivial kernel takes 2.25 us: at the defaults each of the 128
-row-pass CTAs runs the same chain (four products, their epilogues, ~40 barriers) as the
-single CTA of batch 1, so most of the time is that chain's latency, not the batch's work.
+Current (H200 run 20261203T162501Z, papermill_runs/20261203T162501Z_nvidia-h200_726b8c4c/summary.md;
+TF32 at the defaults, graph-replayed): the layer 52.1 us, against its 20 us target. Step
+breakdown (step_breakdown.csv): the row pass (RowPassWgmma, named curiosity.RowPass.kernel_wgmma
+there) 30.2 us, KMajorWeightGrad 13.2 us, column_sum 4.3 us, WeightPrep 3.2 us. At batch 1 the
+layer takes 41.7 us: each row-pass CTA runs the same chain (four products, their epilogues and
+barriers) as the single CTA of batch 1, so most of the time is that chain's latency, not the
+batch's work.
+
+History: docs/notes/curiosity.md
 """
 
 from __future__ import annotations
@@ -167,7 +131,7 @@ def n_tile(n: int, warps_n: int) -> int:
 def row_block(f: int, h: int) -> int:
     """Rows per CTA: 64 unless the resident z/dz and dpred tiles would not fit in shared
     memory, then 32."""
-    return 64 if RowPass.smem_floats(64, f, h) * 4 <= SMEM_BUDGET else 32
+    return 64 if RowPassMmaSync.smem_floats(64, f, h) * 4 <= SMEM_BUDGET else 32
 
 
 def wgmma_tile(n: int, widest: int) -> int:
@@ -176,59 +140,8 @@ def wgmma_tile(n: int, widest: int) -> int:
     return max(d for d in range(16, widest + 1, 16) if n % d == 0)
 
 
-class WgmmaPlan:
-    """Column tiles and shared memory of the wgmma row pass (RowPass.kernel_wgmma) at (F, H):
-    z in tiles of up to Z_TILE columns (64 a warpgroup: the exact-sign epilogue's one mask bit
-    an accumulator element), pred, dh and ds in tiles of up to PRODUCT_TILE (64 a warpgroup,
-    32 accumulators a thread). One raw buffer serves z's staging (s chunks padded row-major
-    for the A fragment loads, W1s hi / lo chunks 128B-swizzled) and then the other products'
-    weight staging and the resident dpred beside it; z (then dz) is resident in its own buffer.
-    Offsets are in floats, on swizzle-atom (1 KB) boundaries."""
-
-    Z_TILE = 128
-    PRODUCT_TILE = 128  # 64 columns a warpgroup: 32 accumulators a thread
-    Z_STAGES = 3  # of an s chunk and the W1s hi / lo chunks (41 KB at the defaults)
-    PRODUCT_STAGES = 6  # of a weight chunk (16 KB): five in flight
-
-    def __init__(self, f: int, h: int):
-        atom = _wgmma.ATOM_BYTES // 4
-        def up(x): return -(-x // atom) * atom
-        self.z_tile = wgmma_tile(h, self.Z_TILE)
-        self.pred_tile = wgmma_tile(f, self.PRODUCT_TILE)  # pred's columns (F)
-        self.h_tile = wgmma_tile(h, self.PRODUCT_TILE)  # dh's (H)
-        self.f_tile = wgmma_tile(f, self.PRODUCT_TILE)  # ds's (F)
-        self.s_stage = ROW_BLOCK_WGMMA * (CHUNK + PAD)
-        self.hi = up(self.Z_STAGES * self.s_stage)
-        self.lo = self.hi + self.Z_STAGES * self.z_tile * CHUNK
-        z_staging = self.lo + self.Z_STAGES * self.z_tile * CHUNK
-        self.dp = up(self.PRODUCT_STAGES * max(self.pred_tile, self.h_tile, self.f_tile) * CHUNK)
-        self.raw_floats = max(z_staging, self.dp + ROW_BLOCK_WGMMA * f)
-        small = 2 * ROW_BLOCK_WGMMA + 4 * ROW_BLOCK_WGMMA + 2 * h  # sActs, sRowPart, sB1, sTau
-        self.smem_bytes = 4 * (self.raw_floats + ROW_BLOCK_WGMMA * h + small) + 2 * _wgmma.ATOM_BYTES
-
-
-class ChunkLoop(NamedTuple):
-    """One chunk loop of the wgmma row pass (RowPass.wgmma_loops): s's Operand (z's loops) or
-    None, [(weights, their staging)], the first weight row, weight rows a chunk, chunks,
-    stages, and the wgmma groups left in flight at each chunk's barrier."""
-
-    s_op: Any
-    weights: list
-    n0: int
-    rows: int
-    chunks: int
-    stages: int
-    in_flight: int
-
-    @property
-    def lead(self) -> int:
-        """Chunks in flight by cp.async ahead of the one multiplied: the stages less the one
-        multiplied and the groups left in flight in the tensor cores."""
-        return self.stages - 1 - self.in_flight
-
-
 def uses_wgmma(f: int, h: int, precision: str) -> bool:
-    """Whether the TF32 row pass runs on wgmma (RowPass.kernel_wgmma): at 64-row blocks where
+    """Whether the TF32 row pass runs on wgmma (RowPassWgmma): at 64-row blocks where
     its shared memory fits (F + H <= ~400: the defaults and smaller); mma.sync otherwise."""
     return precision == "tf32" and row_block(f, h) == ROW_BLOCK_WGMMA and WgmmaPlan(f, h).smem_bytes <= SMEM_BUDGET
 
@@ -284,84 +197,6 @@ def prep_arrays(precision: str) -> int:
 def norms_offset(f: int, h: int) -> int:
     """Where in WeightPrep's array the TF32 W1s row norms (H floats) start: after its operands."""
     return prep_arrays("tf32") * f * h
-
-
-@cute.jit
-def set_operand(frag: cute.Tensor, frag_lo: cute.Tensor, index, bits: Int32, split: cutlass.Constexpr):
-    """Fragment element `index` <- the float32 `bits`: split (3xTF32) or as they are."""
-    if cutlass.const_expr(split):
-        hi, lo = split_tf32(as_float(bits))
-        frag[index] = hi
-        frag_lo[index] = lo
-    else:
-        frag[index] = bits
-
-
-@cute.jit
-def load_matrices(s: cute.Tensor, row: Int32, col: Int32) -> list:
-    """ldmatrix.x4 of four 8 x 4 float32 blocks of s (viewed as 8 x 8 b16 matrices): lane l
-    gives row `row`, columns col..col+3 of block l // 8 (16 bytes, 16-byte aligned); lane
-    (g, t) = (lane // 4, lane % 4) receives element (g, t) of each block, one register a
-    block. That is the mma.sync m16n8k8 TF32 fragment order (CUTLASS's SM75_U32x4_LDSM_N):
-    one instruction where four 32-bit shared loads would do."""
-    ptr = s.iterator + cute.crd2idx((row, col), s.layout)
-    regs = nvvm.ldmatrix(ptr.llvm_ptr, 4, nvvm.MMALayout.row, results=[llvm.StructType.get_literal([T.i32()] * 4)])
-    return [Int32(llvm.extractvalue(T.i32(), regs, [j])) for j in range(4)]
-
-
-@cute.jit
-def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constexpr, sA: cute.Tensor,
-                    sB: cute.Tensor, acc: cute.Tensor, row_sq=None):
-    """acc += sA @ sB^T over one CHUNK of k (sA [bm, CHUNK], sB [bn, CHUNK], both k-contiguous)
-    by TF32 mma.sync in tiled_mma's accumulator layout, the fragments loaded with ldmatrix: per
-    8-wide k step one instruction for a 16-row A fragment and one for two 8-row B fragments
-    (row strides of 4 (mod 32) words keep each 8-row block on distinct banks). The operands
-    are TF32 already (rounded where they were written), or, with `split`, float32 values
-    split here (3xTF32: x = hi + lo, three MMAs hi*hi + hi*lo + lo*hi, about float32 products).
-    row_sq, if given ([2, num_mi] per thread): += the squares of the thread's A values, by the
-    fragment's row half and mi (A element (v0, v1) is row +8 v0, k +4 v1, the rows of the
-    accumulator elements ((., v0), mi, .)); summed over the 4 lanes of a row, the rows' squared
-    norms, from the values already in registers."""
-    thr = tiled_mma.get_slice(tid)
-    lane = tid % 32
-    rows_a = cute.size(sA, mode=[0])
-    rows_b = cute.size(sB, mode=[0])
-    cA = thr.partition_A(cute.make_identity_tensor((rows_a, CHUNK)))
-    cB = thr.partition_B(cute.make_identity_tensor((rows_b, CHUNK)))
-    rA = tiled_mma.make_fragment_A(thr.partition_A(sA)[None, None, 0])
-    rB = tiled_mma.make_fragment_B(thr.partition_B(sB)[None, None, 0])
-    rA_lo = tiled_mma.make_fragment_A(thr.partition_A(sA)[None, None, 0])
-    rB_lo = tiled_mma.make_fragment_B(thr.partition_B(sB)[None, None, 0])
-    num_mi = cute.size(rA, mode=[1])
-    num_ni = cute.size(rB, mode=[1])
-    g = lane // 4
-    # The row and column a lane addresses in ldmatrix: row l % 8 of block l // 8.
-    block = lane // 8
-    in_block = lane % 8
-    for ks in cutlass.range_constexpr(CHUNK // 8):
-        # A blocks (rows +0 / +8, k +0 / +4) = fragment elements (v0, v1) = (block % 2, block // 2).
-        for mi in cutlass.range_constexpr(num_mi):
-            row = cA[(0, 0), mi, 0][0] - g + in_block + 8 * (block % 2)
-            regs = load_matrices(sA, row, 8 * ks + 4 * (block // 2))
-            for j in cutlass.range_constexpr(4):
-                set_operand(rA, rA_lo, ((j % 2, j // 2), mi), regs[j], split)
-                if cutlass.const_expr(row_sq is not None):
-                    x = as_float(regs[j])
-                    row_sq[j % 2, mi] = row_sq[j % 2, mi] + x * x
-        # B blocks (k +0 / +4 of column block ni, then of ni + 1) = elements (v, ni + block // 2).
-        for np in cutlass.range_constexpr((num_ni + 1) // 2):
-            ni_hi = min(2 * np + 1, num_ni - 1)  # an odd last block: loaded twice, used once
-            n_lo = cB[0, 2 * np, 0][0] - g
-            n_hi = cB[0, ni_hi, 0][0] - g
-            n = (n_lo if block < 2 else n_hi) + in_block
-            regs = load_matrices(sB, n, 8 * ks + 4 * (block % 2))
-            for j in cutlass.range_constexpr(4):
-                if cutlass.const_expr(j < 2 or 2 * np + 1 < num_ni):
-                    set_operand(rB, rB_lo, (j % 2, 2 * np + j // 2), regs[j], split)
-        if cutlass.const_expr(split):
-            cute.gemm(tiled_mma, acc, rA_lo, rB, acc)  # small terms first
-            cute.gemm(tiled_mma, acc, rA, rB_lo, acc)
-        cute.gemm(tiled_mma, acc, rA, rB, acc)
 
 
 class WeightPrep:
@@ -431,99 +266,37 @@ class WeightPrep:
 
 
 class RowPass:
-    """Everything row-local for `bm` rows a CTA (module docstring), in four chunk loops
-    (gemm.mma_chunks: a barrier per 32-wide k chunk, two chunks in flight by cp.async), each
-    followed by an epilogue between barriers.
+    """Everything row-local for `bm` rows a CTA (module docstring): what the row pass's two
+    paths share. A subclass per path holds its kernel and what only that kernel uses:
+    `RowPassMmaSync` (mma.sync TF32 or FFMA fp32, every supported size) and `RowPassWgmma`
+    (TF32 wgmma, 64-row blocks); `row_pass_for` picks one (uses_wgmma).
 
-    Critical path of one CTA at the defaults (bm = 64, 8 warps as 2 x 4, 32 x 32 warp tiles;
-    SASS of the kernel before the changes below, instructions issued per warp):
-    - z (8 chunks of s and W1s): ~470 a chunk, ~3.7k in all: 96 HMMA (3xTF32), 16 ldmatrix
-      and ~250 integer/float instructions splitting the 64 A and B values (each A value is
-      split again by the 4 warps sharing its rows). Then ~480 of epilogue (b1, W1a, tau,
-      one vote) and, in a warp with a candidate, the float64 recompute.
-    - pred (2 column tiles x 4 chunks of W2): ~85 a chunk (32 HMMA, 16 ldmatrix); epilogues
-      ~450 a tile (with the next tile's s_next and b2 loads), r's row reduction (1 barrier).
-    - db2 partial column sums: one column a thread over 64 rows of sDp, ~570 (all warps).
-    - dh (8 chunks of W2^T): ~83 a chunk; epilogue ~220 (dz = dh * mask, 32 scalar LDS).
-    - db1 and per-action partial sums: ~1.2k a thread, but only threads < H (4 warps of 8):
-      one warp a scheduler, and each row's load waited behind the previous row's store of
-      its rounded dz (ptxas cannot tell the addresses apart): ~64 shared round trips.
-    - ds (2 tiles x 4 chunks of W1s^T): ~84 a chunk; epilogues ~130 (global stores only).
-    ~9-10k instructions a warp, ~40 barriers (32 chunk steps, 6 loop ends, 2 in epilogues),
-    1536 HMMA.1688 a warp (half of them z's 3xTF32). Dependent global round trips (~0.3-0.5
-    us each, ~0.5-0.8 us from DRAM): each of the 6 loop prologues (the first chunks were issued
-    only when the loop began, after the previous epilogue), z's W1a gather (after the
-    products), and in the exact-sign recompute one per candidate, in series: the slowest
-    warp of the one-wave grid (128 CTAs, ~5 candidates a CTA, Poisson ~0.6 a warp: about 4
-    in the worst of 1024 warps) pays ~4; that is most of the 4.7 us the recompute added.
-    Overlap: within a loop, the cp.async of chunks kc+1, kc+2 with chunk kc's MMAs; across
-    warps, 2 a scheduler. Nothing overlaps an epilogue but the other warps' epilogues.
+    Both kernels run the same four products over their rows, a column tile at a time, each in
+    a chunk loop over 32-wide k chunks followed by an epilogue between barriers:
+    - z = s @ W1s^T + b1 + W1a[:, a] -> sZ (TF32: hid = relu(z) rounded; fp32: z), hid -> global;
+    - pred = hid @ W2^T + b2 -> diff, r (the row sums through sRowPart), dpred -> sDp, global;
+      then the db2 column sums (dpred_column_sums);
+    - dh = dpred @ W2 -> dz = dh * (z > 0) -> sZ (in place), global; then the db1, per-action
+      and loss sums (dz_column_sums);
+    - ds = dz @ W1s -> global.
+    Here: the configuration, the host side (__call__: the arrays' views and the launch of the
+    subclass's `kernel`, whose W1s operands `w1s_operands` gives), z's exact signs
+    (exact_sign_epilogue, exact_z, z_unsure), the activation stores and the column sums.
 
-    What bounds it (ncu, before the exact signs: 7.54 cycles per issued instruction, issue
-    ~25% busy, L1 55%, L2 18%, DRAM 8%): latency, not a pipe. Per scheduler 2 warps, each
-    issuing ~9.5k instructions: ~19k issue cycles (~10 us at 1.9 GHz) against ~80k elapsed.
-    The two warps cannot hide: the tensor pipe's latency chains (a chunk is 4-12 dependent
-    HMMAs an accumulator, ~35 cycles each), the ldmatrix -> HMMA shared round trips, the
-    barrier per chunk (the slower of 8 warps sets each step), and the global round trips
-    above, where every warp waits at once. The tensor work itself: 12288 HMMA.1688 TF32 an
-    SM; at mma.sync's ~2 cycles each an SM (half of the 1024 FMA/clock TF32 peak, which only
-    wgmma reaches), ~25k cycles, ~13 us: a floor for any mma.sync version of this kernel.
-
-    Options, with predicted RowPass times (this project's predictions ran 1.5-2x optimistic;
-    the ranges include that):
-    (a) 2 CTAs an SM (16 warps): needs <= ~113 KB of shared memory and <= 128 registers a
-        thread. At bm = 64 the resident z and dpred tiles alone are 100 KB: impossible. At
-        bm = 32 with 2 stages (97 KB), the grid reads the 0.5 MB of weights 256 times: 128 MB
-        from L2, ~16 us at ~8 TB/s, before any latency: ~25-35 us. Not worth it.
-    (b) More independent work a warp: the next loop's first chunks issued before each
-        epilogue (5 round trips hidden), W1a and tau's norms loaded before z's products, the
-        exact-sign candidates summed in groups with their loads in flight together (one round
-        trip for up to 4), and the column-sum passes loading COLSUM_ROWS rows before storing
-        them rounded (the db1 pass: ~64 shared round trips -> 4). Predicted: ~4-6 us nominal,
-        ~2.5-3.5 us real: 42.7 -> ~39-40 us. This version does these four (bit-identical
-        results: no arithmetic or summation order changed); measured 38.5 us (H200 run
-        20261129T223000Z, step breakdown), a little better than predicted. Its epilogues
-        are on the critical path: converting hid, dpred and dz to TF32 before their global
-        stores (~100 cvt.rna a thread, an experiment for WeightGrad) made it clearly slower
-        (H200, not committed). Further:
-        overlap each epilogue with the next tile's products (software pipelining across the
-        loop-end barrier; needs a second accumulator set, ~64 more registers: spills at 226
-        now), ~2-3 us more; column sums from the accumulators
-        (shuffles) instead of the serial db2/db1 passes: ~1-1.5 us (changes the summation
-        order, so not bit-identical to the current kernel).
-    (c) Persistent CTAs over 132 SMs: 8192 / 64 = 128 tiles, 4 SMs idle (3%); smaller tiles
-        only add weight re-reads. ~1 us at best.
-    (d) wgmma (kernels/_wgmma.py): TF32 at up to the full 1024 FMA/clock an SM (~6 us of
-        tensor work instead of ~13), asynchronous (epilogues and staging overlap the MMAs),
-        no ldmatrix or fragment registers: ~3k instructions a warp instead of ~10k. Needs
-        every operand K-major and 128B-swizzled in shared memory (the resident sZ, sDp and
-        the weight stages: swizzle instead of padding; the column-sum passes read through
-        the swizzle), z's 3xTF32 as three wgmma passes over hi / lo copies (s split once a
-        chunk by the CTA, W1s pre-split by WeightPrep: a fifth H x F array). Predicted
-        ~15-20 us; then the weight traffic (64 MB from L2 per launch, ~8 us at ~8 TB/s)
-        becomes the floor, lowered only by sharing weight chunks between CTAs (cluster TMA
-        multicast) or larger row blocks. The largest gain, and a rewrite of the kernel.
-        Done for TF32 at 64-row blocks (kernel_wgmma; measured: module docstring). RowPass
-        went 38.8 -> 30.8 us, not to the predicted 15-20: in ncu (38.2 us version, before
-        the 64-bit ds stores) a quarter of the samples wait at barriers (the per-chunk one,
-        with each warpgroup waiting for its own group before it: the tensor cores idle
-        between chunks; the dz column-sum pass of 4 warps before ds's first chunk) and a
-        quarter on global memory (the W1a gather and s_next, the exact-z loads); the z
-        chunk loop, ~0.9 us a chunk, is twice its tensor-core time. Then pred, dh and ds
-        (A resident) keep one group in flight across the chunk barrier (run_wgmma_loop):
-        the layer ~-1 us (module docstring). Next: the same for z (two A register sets;
-        at 248 registers now), the column sums from the accumulators, and weight chunks
-        shared by a cluster.
+    Invariants: results bit-identical from run to run (every sum in a fixed order, no atomics);
+    TF32 z's relu mask is the float64 reference's wherever float32 can tell z from 0; rows past
+    the batch have action -1 and contribute nothing to r, the gradients or the partial sums.
+    Limits: F and H multiples of 32 in [32, 512], 1 <= A <= MAX_ACTIONS (check_sizes); one CTA
+    an SM (its shared memory).
     """
 
     def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
         self.f, self.h, self.num_actions = f, h, num_actions
-        self.mode = MODE[precision]
         # z decides the relu mask of the backward pass; the float64 reference's mask differs
         # wherever z is computed less exactly than |z|, and each flip moves dz (and ds, dW1)
         # by a whole dh element. TF32 z flips ~1e-4 of the mask: ds rel. err ~9e-3, over the
         # 2e-3 budget; 3xTF32 z (~float32 exact) still flips ~1 entry in 1e6, and one flip
-        # at the defaults is ~2.5e-3 of ds (seed 12 on the H200).
+        # at the defaults is ~2.5e-3 of ds.
         # In fp32 mode even one flip (~1.4e-3) breaks the 1e-5 budget, so z is summed in
         # float64 there (products of float32 values are exact in float64). In TF32 mode that
         # would be 8192 DFMA a thread (32 entries x 256 terms: ~17 us an SM at Hopper's 64
@@ -537,62 +310,13 @@ class RowPass:
         # padded to the grid's Kp = num_ctas * bm rows with zeros), as the TF32 values the
         # row pass holds; s, the other operand of dW1, is read from registers there as it is.
         self.k_major = precision == "tf32"
-        self.mode_z = "ffma64" if precision == "fp32" else self.mode  # tile_mma's, fp32 only
-        self.z_dtype = Float64 if precision == "fp32" else Float32
         self.action_dtype = action_dtype
         self.precision = precision
         self.bm = row_block(f, h)
         # 8 warps: two per scheduler, so one's shared-memory and MMA latencies hide behind the
-        # other's work (one CTA of up to ~200 KB per SM). 2 x 4 warps: a warp's tile is
-        # (bm/2) x (n/4), 32 x 32 at bm = 64, n = 128: per MMA it reads 256 B of fragments from
-        # shared memory (16 x 64 tiles would read 320 B), and shared-memory bandwidth, not the
-        # tensor cores, bounds these products.
+        # other's work (one CTA of up to ~200 KB per SM).
         self.threads = ROW_PASS_THREADS
-        self.warps_m = 2
-        self.warps_n = self.threads // 32 // self.warps_m
         self.partial_width = partials_width(f, h, num_actions)
-        # TF32 at 64-row blocks: the four products on wgmma (kernel_wgmma), two warpgroups
-        # each taking half of every column tile over all 64 rows.
-        self.wgmma = uses_wgmma(f, h, precision)
-        self.plan = WgmmaPlan(f, h) if self.wgmma else None
-
-    @staticmethod
-    def smem_floats(bm: int, f: int, h: int) -> int:
-        return STAGES * (bm * (CHUNK + PAD) + STAGE_W) + bm * (h + PAD) + bm * (f + PAD) + 2 * bm + 4 * bm
-
-    def products(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW2v: cute.Tensor, mW2tv: cute.Tensor,
-                 mW1stv: cute.Tensor, batch: Int32, row0: Int32, sS3: cute.Tensor, sS: cute.Tensor,
-                 sWraw: cute.Tensor) -> list:
-        """The streamed operands of every chunk loop, in the order the row pass runs them:
-        [(A (None: resident), B, chunks)] for z's column tiles (s, W1s), then pred's (W2),
-        dh's (W2^T) and ds's (W1s^T). Each loop's first chunks are issued (start_chunks) as
-        soon as the loop before it has finished with the staging buffers, before that loop's
-        epilogue: their latency (an L2 round trip) hides behind the epilogue instead of
-        stalling the start of the next loop."""
-        f, h, t = self.f, self.h, self.threads
-        out = []
-        for n, k, mW in ((h, f, mW1sv), (f, h, mW2v), (h, f, mW2tv), (f, h, mW1stv)):
-            bn = n_tile(n, self.warps_n)
-            stage3, view = rows_view(sWraw, bn, 4, STAGE_W)
-            for nt in range(n // bn):
-                a = Operand(mS, batch, row0, 0, f // 4, self.bm, CHUNK // 4, 4, False, sS3, sS,
-                            threads=t) if mW is mW1sv else None
-                out.append((a, Operand(mW, n, nt * bn, 0, k // 4, bn, CHUNK // 4, 4, False, stage3, view,
-                                       threads=t), k // CHUNK))
-        return out
-
-    @staticmethod
-    def start_next(tid: Int32, products: list, p: int) -> None:
-        """Issue the first chunks of chunk loop p + 1 (none after the last)."""
-        if p + 1 < len(products):
-            a, b, chunks = products[p + 1]
-            start_chunks(tid, chunks, a, b)
-
-    def multiply(self, tiled_mma: cute.TiledMma, tid: Int32, split: bool = False, row_sq=None):
-        """mma_chunks' chunk product: TF32 by matrix_tile_mma; fp32 by gemm.tile_mma (None)."""
-        if self.precision == "tf32":
-            return functools.partial(matrix_tile_mma, tiled_mma, tid, split, row_sq=row_sq)
-        return None
 
     @cute.jit
     def exact_z(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
@@ -784,12 +508,13 @@ class RowPass:
                  r_ptr: cute.Pointer, ds_ptr: cute.Pointer, hid_ptr: cute.Pointer, dpred_ptr: cute.Pointer,
                  dz_ptr: cute.Pointer, part_ptr: cute.Pointer, batch: Int32, num_ctas: Int32,
                  inv_fb: Float32, stream):
+        """The arrays as the kernels read them (TF32: hid, dpred, dz K-major), then the
+        subclass's kernel over num_ctas CTAs of `threads`."""
         f, h, w1_cols = self.f, self.h, self.f + self.num_actions
         mS = cute.make_tensor(s_ptr, cute.make_layout((batch, f // 4, 4), stride=(f, 4, 1)))
         mAct = cute.make_tensor(a_ptr, cute.make_layout(batch))
         mSn = cute.make_tensor(s_next_ptr, cute.make_layout((batch, f), stride=(f, 1)))
-        # WeightPrep's four [.., .. / 4, 4] operands: W1s, W2, W2^T, W1s^T.
-        mW1sv = cute.make_tensor(prep_ptr, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
+        # WeightPrep's [.., .. / 4, 4] operands W2, W2^T, W1s^T (W1s's: w1s_operands).
         mW2v = cute.make_tensor(prep_ptr + f * h, cute.make_layout((f, h // 4, 4), stride=(h, 4, 1)))
         mW2tv = cute.make_tensor(prep_ptr + 2 * f * h, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
         mW1stv = cute.make_tensor(prep_ptr + 3 * f * h, cute.make_layout((f, h // 4, 4), stride=(h, 4, 1)))
@@ -811,17 +536,167 @@ class RowPass:
         mPart = cute.make_tensor(part_ptr, cute.make_layout(num_ctas * self.partial_width))
         # One CTA per SM (its shared memory allows no second at the widest sizes): ptxas may
         # then use over 128 registers (255), where it would spill to fit two CTAs.
-        if cutlass.const_expr(self.wgmma):
-            # W1s's TF32 parts, z's B operands
-            mW1hv = cute.make_tensor(prep_ptr + 4 * f * h, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
-            mW1lv = cute.make_tensor(prep_ptr + 5 * f * h, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1)))
-            self.kernel_wgmma(mS, mAct, mSn, mW1sv, mW1hv, mW1lv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs,
-                              mHid, mDp, mDz, mPart, batch, num_ctas, inv_fb).launch(
-                grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream, min_blocks_per_mp=1)
-        else:
-            self.kernel(mS, mAct, mSn, mW1sv, mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs, mHid, mDp, mDz, mPart,
-                        batch, num_ctas, inv_fb).launch(
-                grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream, min_blocks_per_mp=1)
+        self.kernel(mS, mAct, mSn, *self.w1s_operands(prep_ptr), mW1, mB1, mW2v, mW2tv, mW1stv, mB2, mR, mDs,
+                    mHid, mDp, mDz, mPart, batch, num_ctas, inv_fb).launch(
+            grid=[num_ctas, 1, 1], block=[self.threads, 1, 1], stream=stream, min_blocks_per_mp=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The mma.sync / FFMA path
+
+@cute.jit
+def set_operand(frag: cute.Tensor, frag_lo: cute.Tensor, index, bits: Int32, split: cutlass.Constexpr):
+    """Fragment element `index` <- the float32 `bits`: split (3xTF32) or as they are."""
+    if cutlass.const_expr(split):
+        hi, lo = split_tf32(as_float(bits))
+        frag[index] = hi
+        frag_lo[index] = lo
+    else:
+        frag[index] = bits
+
+
+@cute.jit
+def load_matrices(s: cute.Tensor, row: Int32, col: Int32) -> list:
+    """ldmatrix.x4 of four 8 x 4 float32 blocks of s (viewed as 8 x 8 b16 matrices): lane l
+    gives row `row`, columns col..col+3 of block l // 8 (16 bytes, 16-byte aligned); lane
+    (g, t) = (lane // 4, lane % 4) receives element (g, t) of each block, one register a
+    block. That is the mma.sync m16n8k8 TF32 fragment order (CUTLASS's SM75_U32x4_LDSM_N):
+    one instruction where four 32-bit shared loads would do."""
+    ptr = s.iterator + cute.crd2idx((row, col), s.layout)
+    regs = nvvm.ldmatrix(ptr.llvm_ptr, 4, nvvm.MMALayout.row, results=[llvm.StructType.get_literal([T.i32()] * 4)])
+    return [Int32(llvm.extractvalue(T.i32(), regs, [j])) for j in range(4)]
+
+
+@cute.jit
+def matrix_tile_mma(tiled_mma: cute.TiledMma, tid: Int32, split: cutlass.Constexpr, sA: cute.Tensor,
+                    sB: cute.Tensor, acc: cute.Tensor, row_sq=None):
+    """acc += sA @ sB^T over one CHUNK of k (sA [bm, CHUNK], sB [bn, CHUNK], both k-contiguous)
+    by TF32 mma.sync in tiled_mma's accumulator layout, the fragments loaded with ldmatrix: per
+    8-wide k step one instruction for a 16-row A fragment and one for two 8-row B fragments
+    (row strides of 4 (mod 32) words keep each 8-row block on distinct banks). The operands
+    are TF32 already (rounded where they were written), or, with `split`, float32 values
+    split here (3xTF32: x = hi + lo, three MMAs hi*hi + hi*lo + lo*hi, about float32 products).
+    row_sq, if given ([2, num_mi] per thread): += the squares of the thread's A values, by the
+    fragment's row half and mi (A element (v0, v1) is row +8 v0, k +4 v1, the rows of the
+    accumulator elements ((., v0), mi, .)); summed over the 4 lanes of a row, the rows' squared
+    norms, from the values already in registers."""
+    thr = tiled_mma.get_slice(tid)
+    lane = tid % 32
+    rows_a = cute.size(sA, mode=[0])
+    rows_b = cute.size(sB, mode=[0])
+    cA = thr.partition_A(cute.make_identity_tensor((rows_a, CHUNK)))
+    cB = thr.partition_B(cute.make_identity_tensor((rows_b, CHUNK)))
+    rA = tiled_mma.make_fragment_A(thr.partition_A(sA)[None, None, 0])
+    rB = tiled_mma.make_fragment_B(thr.partition_B(sB)[None, None, 0])
+    rA_lo = tiled_mma.make_fragment_A(thr.partition_A(sA)[None, None, 0])
+    rB_lo = tiled_mma.make_fragment_B(thr.partition_B(sB)[None, None, 0])
+    num_mi = cute.size(rA, mode=[1])
+    num_ni = cute.size(rB, mode=[1])
+    g = lane // 4
+    # The row and column a lane addresses in ldmatrix: row l % 8 of block l // 8.
+    block = lane // 8
+    in_block = lane % 8
+    for ks in cutlass.range_constexpr(CHUNK // 8):
+        # A blocks (rows +0 / +8, k +0 / +4) = fragment elements (v0, v1) = (block % 2, block // 2).
+        for mi in cutlass.range_constexpr(num_mi):
+            row = cA[(0, 0), mi, 0][0] - g + in_block + 8 * (block % 2)
+            regs = load_matrices(sA, row, 8 * ks + 4 * (block // 2))
+            for j in cutlass.range_constexpr(4):
+                set_operand(rA, rA_lo, ((j % 2, j // 2), mi), regs[j], split)
+                if cutlass.const_expr(row_sq is not None):
+                    x = as_float(regs[j])
+                    row_sq[j % 2, mi] = row_sq[j % 2, mi] + x * x
+        # B blocks (k +0 / +4 of column block ni, then of ni + 1) = elements (v, ni + block // 2).
+        for np in cutlass.range_constexpr((num_ni + 1) // 2):
+            ni_hi = min(2 * np + 1, num_ni - 1)  # an odd last block: loaded twice, used once
+            n_lo = cB[0, 2 * np, 0][0] - g
+            n_hi = cB[0, ni_hi, 0][0] - g
+            n = (n_lo if block < 2 else n_hi) + in_block
+            regs = load_matrices(sB, n, 8 * ks + 4 * (block % 2))
+            for j in cutlass.range_constexpr(4):
+                if cutlass.const_expr(j < 2 or 2 * np + 1 < num_ni):
+                    set_operand(rB, rB_lo, (j % 2, 2 * np + j // 2), regs[j], split)
+        if cutlass.const_expr(split):
+            cute.gemm(tiled_mma, acc, rA_lo, rB, acc)  # small terms first
+            cute.gemm(tiled_mma, acc, rA, rB_lo, acc)
+        cute.gemm(tiled_mma, acc, rA, rB, acc)
+
+
+class RowPassMmaSync(RowPass):
+    """The row pass on mma.sync (TF32, z split 3xTF32 in registers) or FFMA (fp32, z summed in
+    float64): fp32 at every supported size, TF32 wherever RowPassWgmma does not run (32-row
+    blocks, or its shared memory would not fit: F + H over ~400).
+
+    `bm` rows a CTA (64, or 32 where the resident tiles would not fit: row_block), 8 warps as
+    2 x 4, column tiles of up to MAX_N_TILE (n_tile): 32 x 32 warp tiles at bm = 64, n = 128.
+    Four products in chunk loops (gemm.mma_chunks: a barrier per 32-wide k chunk, STAGES-deep
+    cp.async staging of s rows and of one weight chunk, two chunks in flight), each loop's
+    first chunks issued before the epilogue of the loop before it (products, start_next). TF32
+    fragments by ldmatrix (matrix_tile_mma) from operands rounded where they were written; z's
+    A and B values are split in registers as they are loaded. Shared memory (smem_floats): the
+    stages and the resident z/dz and dpred tiles, rows padded to 4 (mod 32) banks for
+    conflict-free fragment loads; ~185 KB at the defaults.
+
+    Latency-bound (the MMAs' dependent chains, ldmatrix -> MMA round trips, a barrier a
+    chunk); at mma.sync's TF32 rate its tensor work alone takes ~13 us at the defaults. Not
+    timed in the current run, whose defaults run RowPassWgmma; the last run of the TF32
+    defaults on it took 38.8 us (run 20261202T013119Z, step breakdown).
+    History: docs/notes/curiosity.md
+    """
+
+    def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
+        super().__init__(f, h, num_actions, precision, action_dtype)
+        self.mode = MODE[precision]
+        self.mode_z = "ffma64" if precision == "fp32" else self.mode  # tile_mma's, fp32 only
+        self.z_dtype = Float64 if precision == "fp32" else Float32
+        # 2 x 4 warps: a warp's tile is (bm/2) x (n/4), 32 x 32 at bm = 64, n = 128: per MMA it
+        # reads 256 B of fragments from shared memory (16 x 64 tiles would read 320 B), and
+        # shared-memory bandwidth, not the tensor cores, bounds these products.
+        self.warps_m = 2
+        self.warps_n = self.threads // 32 // self.warps_m
+
+    @staticmethod
+    def smem_floats(bm: int, f: int, h: int) -> int:
+        return STAGES * (bm * (CHUNK + PAD) + STAGE_W) + bm * (h + PAD) + bm * (f + PAD) + 2 * bm + 4 * bm
+
+    def w1s_operands(self, prep_ptr: cute.Pointer) -> tuple:
+        """W1s as the kernel streams it: WeightPrep's first operand, [H, F / 4, 4]."""
+        f, h = self.f, self.h
+        return (cute.make_tensor(prep_ptr, cute.make_layout((h, f // 4, 4), stride=(f, 4, 1))),)
+
+    def products(self, mS: cute.Tensor, mW1sv: cute.Tensor, mW2v: cute.Tensor, mW2tv: cute.Tensor,
+                 mW1stv: cute.Tensor, batch: Int32, row0: Int32, sS3: cute.Tensor, sS: cute.Tensor,
+                 sWraw: cute.Tensor) -> list:
+        """The streamed operands of every chunk loop, in the order the row pass runs them:
+        [(A (None: resident), B, chunks)] for z's column tiles (s, W1s), then pred's (W2),
+        dh's (W2^T) and ds's (W1s^T). Each loop's first chunks are issued (start_chunks) as
+        soon as the loop before it has finished with the staging buffers, before that loop's
+        epilogue: their latency (an L2 round trip) hides behind the epilogue instead of
+        stalling the start of the next loop."""
+        f, h, t = self.f, self.h, self.threads
+        out = []
+        for n, k, mW in ((h, f, mW1sv), (f, h, mW2v), (h, f, mW2tv), (f, h, mW1stv)):
+            bn = n_tile(n, self.warps_n)
+            stage3, view = rows_view(sWraw, bn, 4, STAGE_W)
+            for nt in range(n // bn):
+                a = Operand(mS, batch, row0, 0, f // 4, self.bm, CHUNK // 4, 4, False, sS3, sS,
+                            threads=t) if mW is mW1sv else None
+                out.append((a, Operand(mW, n, nt * bn, 0, k // 4, bn, CHUNK // 4, 4, False, stage3, view,
+                                       threads=t), k // CHUNK))
+        return out
+
+    @staticmethod
+    def start_next(tid: Int32, products: list, p: int) -> None:
+        """Issue the first chunks of chunk loop p + 1 (none after the last)."""
+        if p + 1 < len(products):
+            a, b, chunks = products[p + 1]
+            start_chunks(tid, chunks, a, b)
+
+    def multiply(self, tiled_mma: cute.TiledMma, tid: Int32, split: bool = False, row_sq=None):
+        """mma_chunks' chunk product: TF32 by matrix_tile_mma; fp32 by gemm.tile_mma (None)."""
+        if self.precision == "tf32":
+            return functools.partial(matrix_tile_mma, tiled_mma, tid, split, row_sq=row_sq)
+        return None
 
     @cute.kernel
     def kernel(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1sv: cute.Tensor,
@@ -829,6 +704,8 @@ class RowPass:
                mW1stv: cute.Tensor, mB2: cute.Tensor,
                mR: cute.Tensor, mDs: cute.Tensor, mHid: cute.Tensor, mDp: cute.Tensor,
                mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
+        """The four products and their epilogues (RowPass) for the CTA's `bm` rows, on mma.sync
+        or FFMA (the class docstring says how)."""
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         bm, f, h = self.bm, self.f, self.h
@@ -1030,7 +907,92 @@ class RowPass:
                 if row0 + r < batch:
                     mDs[row0 + r, nt * bn4 + cC4[i][1]] = acc4[i]
 
-    # ---- The wgmma row pass (TF32, 64-row blocks) ----------------------------------------
+
+# ---------------------------------------------------------------------------------------------
+# The wgmma path
+
+class WgmmaPlan:
+    """Column tiles and shared memory of the wgmma row pass (RowPassWgmma) at (F, H):
+    z in tiles of up to Z_TILE columns (64 a warpgroup: the exact-sign epilogue's one mask bit
+    an accumulator element), pred, dh and ds in tiles of up to PRODUCT_TILE (64 a warpgroup,
+    32 accumulators a thread). One raw buffer serves z's staging (s chunks padded row-major
+    for the A fragment loads, W1s hi / lo chunks 128B-swizzled) and then the other products'
+    weight staging and the resident dpred beside it; z (then dz) is resident in its own buffer.
+    Offsets are in floats, on swizzle-atom (1 KB) boundaries."""
+
+    Z_TILE = 128
+    PRODUCT_TILE = 128  # 64 columns a warpgroup: 32 accumulators a thread
+    Z_STAGES = 3  # of an s chunk and the W1s hi / lo chunks (41 KB at the defaults)
+    PRODUCT_STAGES = 6  # of a weight chunk (16 KB): five in flight
+
+    def __init__(self, f: int, h: int):
+        atom = _wgmma.ATOM_BYTES // 4
+        def up(x): return -(-x // atom) * atom
+        self.z_tile = wgmma_tile(h, self.Z_TILE)
+        self.pred_tile = wgmma_tile(f, self.PRODUCT_TILE)  # pred's columns (F)
+        self.h_tile = wgmma_tile(h, self.PRODUCT_TILE)  # dh's (H)
+        self.f_tile = wgmma_tile(f, self.PRODUCT_TILE)  # ds's (F)
+        self.s_stage = ROW_BLOCK_WGMMA * (CHUNK + PAD)
+        self.hi = up(self.Z_STAGES * self.s_stage)
+        self.lo = self.hi + self.Z_STAGES * self.z_tile * CHUNK
+        z_staging = self.lo + self.Z_STAGES * self.z_tile * CHUNK
+        self.dp = up(self.PRODUCT_STAGES * max(self.pred_tile, self.h_tile, self.f_tile) * CHUNK)
+        self.raw_floats = max(z_staging, self.dp + ROW_BLOCK_WGMMA * f)
+        small = 2 * ROW_BLOCK_WGMMA + 4 * ROW_BLOCK_WGMMA + 2 * h  # sActs, sRowPart, sB1, sTau
+        self.smem_bytes = 4 * (self.raw_floats + ROW_BLOCK_WGMMA * h + small) + 2 * _wgmma.ATOM_BYTES
+
+
+class ChunkLoop(NamedTuple):
+    """One chunk loop of the wgmma row pass (RowPassWgmma.wgmma_loops): s's Operand (z's loops) or
+    None, [(weights, their staging)], the first weight row, weight rows a chunk, chunks,
+    stages, and the wgmma groups left in flight at each chunk's barrier."""
+
+    s_op: Any
+    weights: list
+    n0: int
+    rows: int
+    chunks: int
+    stages: int
+    in_flight: int
+
+    @property
+    def lead(self) -> int:
+        """Chunks in flight by cp.async ahead of the one multiplied: the stages less the one
+        multiplied and the groups left in flight in the tensor cores."""
+        return self.stages - 1 - self.in_flight
+
+
+class RowPassWgmma(RowPass):
+    """The row pass on TF32 wgmma, at 64-row blocks (ROW_BLOCK_WGMMA: one m64 tile) where
+    WgmmaPlan's shared memory fits (uses_wgmma: F + H up to ~400, the defaults included).
+
+    Warpgroup wg takes columns [wg n / 2, (wg + 1) n / 2) of each column tile of n over all 64
+    rows. z: A = s from registers (RS: each thread's fragment of the staged s chunk, split into
+    TF32 hi / lo there), B = W1s's hi / lo parts from WeightPrep (wgmma reads B from shared
+    memory only), three wgmmas a k step; pred, dh, ds: A = the resident hid, dpred, dz in shared
+    memory (K-major, 128B-swizzled), B = the staged weight chunks. Chunk loops (ChunkLoop,
+    run_wgmma_loop) run at run time, not unrolled, over WgmmaPlan.Z_STAGES / PRODUCT_STAGES
+    cp.async stages; the resident-A products keep one wgmma group in flight across each chunk's
+    barrier, z waits for its group every chunk (its A fragment is rebuilt every chunk). The
+    epilogues and column sums are RowPass's, on wgmma's accumulator layout (element
+    i = v0 + 2 v1 + 4 ni: column 2 t + v0 of 8-column block ni, row g + 8 v1 of the warp's 16).
+    One CTA an SM, ~197 KB of shared memory at the defaults.
+
+    Current: 30.2 us at the defaults (H200 run 20261203T162501Z, step breakdown, named
+    curiosity.RowPass.kernel_wgmma there). History: docs/notes/curiosity.md
+    """
+
+    def __init__(self, f: int, h: int, num_actions: int, precision: str, action_dtype: type):
+        super().__init__(f, h, num_actions, precision, action_dtype)
+        self.plan = WgmmaPlan(f, h)
+
+    def w1s_operands(self, prep_ptr: cute.Pointer) -> tuple:
+        """W1s as the kernel reads it: WeightPrep's first operand (the exact-sign recompute's)
+        and its TF32 hi / lo parts (z's B operands), each [H, F / 4, 4]."""
+        f, h = self.f, self.h
+        layout = cute.make_layout((h, f // 4, 4), stride=(f, 4, 1))
+        return (cute.make_tensor(prep_ptr, layout), cute.make_tensor(prep_ptr + 4 * f * h, layout),
+                cute.make_tensor(prep_ptr + 5 * f * h, layout))
 
     @cute.jit
     def stage_weights(self, mW: cute.Tensor, n0: Int32, kc: Int32, sW: cute.Tensor, stage: Int32,
@@ -1084,10 +1046,9 @@ class RowPass:
         cores have the next group before the last one ends, for one stage less of loads in
         flight; z's A is a register fragment rebuilt every chunk, so its loop waits for
         each group (in_flight 0). A loop at run time, not unrolled: unrolled, the four
-        products' loops made the kernel ~110 KB of code, and a fifth of its time went to
-        instruction fetch (ncu: stall "no instruction"). Ends with a barrier (the stages are
-        free) and the first chunks of loop p + 1, so that they fly during this loop's
-        epilogue."""
+        products' loops made the kernel ~110 KB of code, stalled on instruction fetch. Ends
+        with a barrier (the stages are free) and the first chunks of loop p + 1, so that they
+        fly during this loop's epilogue."""
         acc.fill(0.0)
         loop = loops[p]
         for kc in cutlass.range(loop.chunks, unroll=1):
@@ -1179,18 +1140,13 @@ class RowPass:
         return tiled, tCrA, tCrB, coords, tiled.make_fragment_C(tiled.partition_shape_C((ROW_BLOCK_WGMMA, n)))
 
     @cute.kernel
-    def kernel_wgmma(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1sv: cute.Tensor,
-                     mW1hv: cute.Tensor, mW1lv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
-                     mW2v: cute.Tensor, mW2tv: cute.Tensor, mW1stv: cute.Tensor, mB2: cute.Tensor,
-                     mR: cute.Tensor, mDs: cute.Tensor, mHid: cute.Tensor, mDp: cute.Tensor,
-                     mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
-        """kernel's four products on TF32 wgmma: warpgroup wg takes columns [wg n / 2, (wg + 1)
-        n / 2) of each column tile of n over all 64 rows (m64). z: A = s from registers (RS,
-        split 3xTF32 there), B = W1s hi / lo from WeightPrep; pred, dh, ds: A = the resident
-        hid, dpred, dz from shared memory (K-major, 128B-swizzled), B = the staged weights.
-        The epilogues and column sums are kernel's, on wgmma's accumulator layout (element
-        i = v0 + 2 v1 + 4 ni: column 2 t + v0 of 8-column block ni, row g + 8 v1 of the
-        warp's 16)."""
+    def kernel(self, mS: cute.Tensor, mAct: cute.Tensor, mSn: cute.Tensor, mW1sv: cute.Tensor,
+               mW1hv: cute.Tensor, mW1lv: cute.Tensor, mW1: cute.Tensor, mB1: cute.Tensor,
+               mW2v: cute.Tensor, mW2tv: cute.Tensor, mW1stv: cute.Tensor, mB2: cute.Tensor,
+               mR: cute.Tensor, mDs: cute.Tensor, mHid: cute.Tensor, mDp: cute.Tensor,
+               mDz: cute.Tensor, mPart: cute.Tensor, batch: Int32, num_ctas: Int32, inv_fb: Float32):
+        """The four products and their epilogues (RowPass) for the CTA's 64 rows, on wgmma (the
+        class docstring says how)."""
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         bm, f, h, plan = ROW_BLOCK_WGMMA, self.f, self.h, self.plan
@@ -1245,8 +1201,8 @@ class RowPass:
         acc1 = tiled_z.make_fragment_C(tiled_z.partition_shape_C((bm, zn)))
         num_mi = 1
         num_ni = cute.size(acc1) // 4
-        # W1's action columns, gathered before the products (kernel's phase 1: why); b1 by
-        # column (v0, ni), seen by element (stride 0 over the row half v1)
+        # W1's action columns, gathered before the products (RowPassMmaSync.kernel's phase 1
+        # says why); b1 by column (v0, ni), seen by element (stride 0 over the row half v1)
         b1_frag = cute.make_rmem_tensor(cute.make_layout((2, 2, num_ni), stride=(1, 0, 2)), Float32)
         w1a_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
         hid_frag = cute.make_rmem_tensor(cute.size(acc1), Float32)
@@ -1363,8 +1319,7 @@ class RowPass:
             self.run_wgmma_loop(loops, p4 + nt, tid, acc4, lambda kc, stage: self.resident_chunk_mma(
                 tiled_f, acc4, tCrDz, tCrWf, kc, stage))
             # A lane's two adjacent columns (elements v0 = 0, 1) as one 64-bit store: the 4 lanes
-            # of a row then write whole 32-byte sectors (one 32-bit store an element, the ds
-            # epilogues took a fifth of the kernel, ncu: waiting on the stores' registers)
+            # of a row then write whole 32-byte sectors
             for i in cutlass.range_constexpr(0, cute.size(acc4), 2):
                 r = cC4[i][0]
                 if row0 + r < batch:
@@ -1372,6 +1327,12 @@ class RowPass:
                     pair[0] = acc4[i]
                     pair[1] = acc4[i + 1]
                     cute.autovec_copy(pair, self.row_pair(mDs, row0 + r, col0 + cC4[i][1]))
+
+
+def row_pass_for(f: int, h: int, num_actions: int, precision: str, action_dtype: type) -> RowPass:
+    """The row pass at these sizes: RowPassWgmma where uses_wgmma, else RowPassMmaSync."""
+    path = RowPassWgmma if uses_wgmma(f, h, precision) else RowPassMmaSync
+    return path(f, h, num_actions, precision, action_dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1382,7 +1343,7 @@ _compiled = _cute.CompiledCache()
 
 def row_pass_compile_args(f: int, h: int, num_actions: int, precision: str, action_dtype: type) -> tuple:
     p = _cute.fake_ptr()
-    return (RowPass(f, h, num_actions, precision, action_dtype), p, _cute.fake_ptr(action_dtype), p, p, p,
+    return (row_pass_for(f, h, num_actions, precision, action_dtype), p, _cute.fake_ptr(action_dtype), p, p, p,
             p, p, p, p, p, p, p, p, Int32(1), Int32(1), Float32(1.0), _cute.fake_stream())
 
 
