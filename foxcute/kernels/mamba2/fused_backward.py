@@ -1,0 +1,791 @@
+"""The fused Mamba2 backward: one persistent kernel for all seven gradients, the weight
+gradients as per-CTA partials that column_sum adds up (see FusedBackward)."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+from cutlass.cute.nvgpu import warpgroup
+
+from .. import _wgmma
+from ..gemm import store_pair, tf32_operand
+from ._sigmoid import _sigmoid, _sigmoid_slope
+from ._tiles import (CHUNK, SMEM_PER_SM, THREADS, TILE_ROWS, _k_order_view, _k_pairs_view, _mma_smem,
+                     _pair_pitch, _slots, _StateProduct, _store_accumulators, _TileCopies, _tiled_mma, _w_pitch)
+
+
+def _partial_width(SH2: int, D: int) -> int:
+    """Columns of the [num_ctas, width] partials array: the weight-gradient entries rounded
+    up to whole float4 vectors, so column_sum sums every column block in one launch."""
+    return -(-_num_weights(SH2, D) // 4) * 4
+
+
+def _num_weights(SH2: int, D: int) -> int:
+    """Entries of the flat weight gradient [dW_A | dW_B | dW_C | dw | dsigma]."""
+    return 3 * SH2 * D + SH2 + 1
+
+
+
+class FusedBackward(_TileCopies):
+    """All seven gradients; weight gradients as per-CTA partials (see module docstring).
+
+    TF32 a|u recompute: the last warpgroup issues 8 m64n(2D)k8 wgmmas per chunk, A = the
+    h_hist chunk as cp.async left it (128B-swizzled), B = [W_A|W_B]^T stored
+    transposed and rounded; dW = h_hist^T [da|du] stays mma.sync (h_hist^T is MN-major, which
+    TF32 wgmma does not take) and reads the swizzled tile with its K (tile rows) relabeled by
+    _k_pairs_view, so that a warp's loads hit 32 distinct banks.
+    Shared-memory wavefronts per 64-row tile at the defaults (8 warps, 4 chunks; counted from
+    the code and a bank model of the warps' word addresses), mma.sync version -> this one:
+    a|u 2048 (per warp and chunk 32 scalar W^T loads + 16 64-bit h_hist pair loads of 2) -> 0
+    (the tensor cores read 24 KB a chunk themselves, 64 KB through the LSU before); its W
+    staging 64 a chunk either way (2 float4 stores a thread -> 8 conflict-free scalar stores
+    of the transpose); dW 3072 (per warp and chunk 32 A loads of 1 + 32 B loads of 2: [da|du]^T
+    at rows t, pitch 2D + 4, 2-way) -> 2048 (both 1); dh_hist 1536 unchanged. Products 6656 ->
+    3584 of ~11.8k in all (the c product, dh, dW_C, staging, in-place rounding ~5.1k): ~20% of
+    the kernel's shared-memory traffic; the products' ld.shared a thread and chunk 144 -> 96.
+    Expected (shared-memory bound at 83.5% L1 throughput): 147 -> ~120-135 us graph-replayed.
+    Then bank conflicts (the bank model of FusedForward's docstring), wavefronts a warp
+    instruction before -> after, instructions a tile: the c product's 128-bit W_C loads 8 -> 4
+    (256; W_C pitch D -> _StateProduct.w_pitch = 24 where 2 CTAs an SM still fit with it),
+    W_C staging 4 -> 8 (32, +128): ~-900 of ~11k a tile, expected ~2-4%. Measured (H200):
+    147 us (run 20261129T190653Z) -> 131 us (run 20261129T204705Z, both changes; 3.31x the
+    floor, target 1.5x); the wgmma change gained about half of its prediction, the layouts
+    about what theirs said (GPU check scripts, not committed). Left: the scans' a|u reads and
+    da|du stores (2-way, 160 a tile), W_C^T staging (2-way, 128; a 16-rows x 2-float4 W_C
+    staging mapping, conflict-free in both phases, cost 8 bytes of spills at 128 registers).
+    dctx's dout and w loads are already 128-bit (LLVM
+    merges the 4 scalar reads), conflict-free.
+    dh_hist on wgmma too (a swizzled K-major copy of da|du as A, the W chunk swizzled as B)
+    was built and measured on the H200 (GPU check script, not committed): dh_hist bit-identical
+    to this mma.sync version at six sizes, but the backward slower at the defaults (not
+    analysed further; the da|du copy and its barriers are the likely cost); not kept.
+    Source-level ncu (per-SASS-instruction stall samples) then showed the MIO queue the
+    largest stall (a quarter of the samples) and half of them in the per-chunk loop of phase
+    3, where dh_hist went out as 16 scalar STG a thread and chunk (the compiler did not merge
+    the accumulator pairs (g, 2t), (g, 2t + 1)). Stored as 8 64-bit pairs, with the staged
+    TF32 operands rounded by gemm.tf32_operand (one instruction less an element, products
+    bit-identical): predicted -2..4 us from the instruction counts; measured 133 -> 115 us
+    (runs 20261129T223000Z -> 20261129T235914Z; 2.93x the floor). The stores were dearer
+    than their instruction count: each scalar STG wrote every other word of its sectors.
+    Both runs compare the whole kernel, the fast sigmoids (see _sigmoid) included.
+    Then dh = dout + dc W_C^T and dW_C += h^T dc, the per-chunk FFMA products (a large share
+    of the chunk loop's stall samples in an ncu source profile; dh in half of the threads,
+    2D + 1 shared loads and 4D FFMAs per 4 outputs), moved to mma.sync, dh on the first CTA
+    half and dW_C on the other (dh_and_dwc_mma; h, W_C and dc rounded where staged, dc at
+    pitch D + 4 for conflict-free A reads): per warp and chunk ~100 instructions -> ~45, and
+    ~340 -> ~210 shared wavefronts a CTA; predicted -4..10 us. Measured 115 -> 110 us
+    graph-replayed (runs 20261130T000948Z -> 20261130T011856Z; 2.78x the floor), the kernel
+    105.7 -> 98.0 us in the step breakdown. dh and dW_C are now TF32 products (they moved by
+    TF32 rounding, within the tolerance at the defaults and 12 odd sizes), every other output
+    bit-identical (GPU check script). ptxas spills over the supported range fell from 11 to 7
+    of the 36 TF32 configurations (sWCt is gone).
+    dW on one warpgroup's wgmma, A = h_hist^T in registers (RS: an H200 probe confirmed the
+    fragment layout), B = a K-major swizzled [da|du]^T written by the scan, dh and dW_C on
+    the other half (branch wip/m2-dw-wgmma-rs): predicted -3..8 us from the shared loads it
+    saves (64 a thread and chunk on 8 warps -> 32 on 4); bit-identical outputs, but slower
+    in the GPU check, and its 9 KB more shared memory no longer fit K = 1, SH2 = 512, D = 32.
+    Not kept. Not analysed (the device time was spent); a likely cause is the chunk's
+    critical path: the dW half's fragment loads and two waited wgmma groups (its 32 A
+    registers at once made ptxas spill) against the other half's three products.
+    Then what the 98 us kernel spends its time on (H200, session 13, GPU check scripts, not
+    committed; graph-replayed kernel alone, one stage left out at a time, results wrong): no
+    per-chunk weight loads -6.2 us, nor their shared stores -7.2, no in-place rounding of
+    h_hist -3.5, no dh_hist product -3.3, no dW product -3.3; the same kernel at one CTA an
+    SM +11.5, and at one CTA with no weight staging +1.1. ncu (--set full, clocks free): L1
+    throughput 81.8%, 3.8 warps a scheduler, 0.53 eligible, issue 30% busy; stalls long
+    scoreboard 21% (the largest single one: dW's add of the partials' old values, loaded
+    from L2 just before), MIO 18%, barrier 15%. So no one stage binds; the RMW of the
+    partials row and the per-chunk weight loads are latencies that the second CTA hides.
+    Loading the old partials before dh_hist instead (more time to arrive) and issuing phase
+    3's first chunk during phase 2: no change (98.8, 99.5 us against 98.7).
+    Hence one CTA an SM, with its weight gradients in registers for the whole launch (no
+    per-tile RMW of the 50 KB partials row, half the partial rows for column_sum) and, in
+    TF32 where they fit, the weights resident (`resident`: 4 * SH2 * (2D + w_pitch3 + 2
+    wc_pitch) bytes more, staged once a CTA by stage_weights, all loads in flight at once).
+    Measured, the whole backward (kernel + column_sum, graph-replayed, same H200 call):
+    two CTAs, RMW (before) 109.6-110.0 us; one CTA, partials in registers 111.9-112.4;
+    both and resident weights 105.0-105.1 (-4%; outputs bit-identical to the one-CTA
+    version, within the tolerances at 7 sizes). Predicted from the variants: ~-10 kernel
+    us; about half of it came. (That check ran dh with W_C rounded at its fragment loads;
+    this version keeps a rounded copy, sWCr, the same bits without cvt.rna in the loop.)
+    Papermill run 20261202T004230Z (the version before h and dout resident): the backward
+    104 us graph-replayed (2.61x its floor; 109 in run 20261201T224219Z), in the step
+    breakdown FusedBackward 94.3 us (97.2) and its column_sum 6.8 (8.8).
+    Then, where that still fits beside them (`rows_resident`: the defaults, 224 KB of the
+    SM's 226), the tile's whole h and dout in shared memory too, brought by cp.async in each
+    h_hist chunk's group (the next tile's as phase 3 frees each chunk), so that no chunk of
+    either phase waits on a global load through registers; phase 3 rounds h into its chunk
+    buffer from there. No trusted prediction (the per-chunk h/dout loads are ~4 KB a chunk;
+    what their latency cost at one CTA an SM was the open question). Measured, the whole
+    backward (GPU check script, not committed; graph-replayed, same H200 call): 104.8-105.3
+    us before, 90.7-90.8 with h and dout resident, 103.7-104.0 with the gate forced off
+    (outputs bit-identical run to run, errors equal to before's at 7 sizes, tf32 and fp32).
+    Papermill run 20261202T013119Z (that version): the backward 90.7 us (2.3x its floor), in
+    the step breakdown FusedBackward 82.3 us.
+    Then, with h and dout resident, phase 1 has nothing rewritten between chunks (each has
+    its own buffers, rounded in place by the threads that copied them), so its closing
+    barrier a chunk goes, and h is rounded once a tile in place, in phase 2 (phase 1's c
+    product read it as it is), so phase 3's staging barrier a chunk goes too (8 of ~18
+    barriers a tile; predicted ~-3 us), and with it the h and dout chunk buffers (220 KB at
+    the defaults). Measured (same H200 call, whole backward graph-replayed): 90.4-90.7 ->
+    89.0 us; tests/test_gpu_mamba2.py -k fused passed; compute-sanitizer memcheck and
+    racecheck clean at two multi-tile sizes (more tiles than CTAs).
+    Measured and not kept (branch wip/coop-finish, GPU check scripts): the column_sum launch
+    replaced by a finish in this kernel, its persistent CTAs meeting at one counter
+    (cooperative launch) and each summing a slice of the columns over the partial rows in
+    CTA order. Predicted ~-4..5 us (the column_sum is 6.9 us in the step breakdown); the
+    backward alone 89.5-89.8 -> 85.4-85.7 us, but the two-lane step 255 -> 276 us: the
+    cooperative launch waits until all its CTAs fit, which they do only once the main lane's
+    kernels have left the SMs. Without it, the wait could deadlock against
+    KMajorWeightGrad's (both partly resident, each waiting for its own missing CTAs).
+    Then the column_sum launched as this kernel's programmatic dependent (PDL; the trigger
+    after the tile loop, column_sum.ColumnSum's wait before its loads), which needs no
+    co-residency: predicted -1..2 us. Measured (H200, one session): foxcute.compare, the
+    backward graph-replayed, 89.26 / 89.36 -> 88.69 / 88.60 us (bit-identical outputs);
+    the two-lane step (A/B script, 3 rounds) 254.6-255.6 -> 254.7-255.8 us, unchanged;
+    papermill run 20261202T211504Z: the backward 88.7 us (2.24x its floor).
+    Then h_hist no longer rounded to nearest TF32 in place: its products (a|u recomputed, dW)
+    read it as cp.async wrote it and the tensor cores truncate it, a relative error of up to
+    2^-10 an element, biased toward zero (rounding: up to 2^-11, unbiased). The in-place pass
+    (a load, 4 roundings and a store per float4, 64 KB a tile at the defaults) was 3.5 us of the 98 us kernel
+    in the leave-one-out above; predicted here -2..3.5 us, and the dW and recomputed-gate
+    errors up by about 2^-11 relative (~5e-4), within the 2e-3 tolerance. Measured (H200,
+    foxcute.compare, the backward graph-replayed, same call, 2 rounds): 87.8 / 87.6 -> 82.2 /
+    82.3 us, the largest relative error 4.4e-4 -> 8.0e-4 (repeatable); papermill run
+    20261203T162501Z: 81.7 us, 2.04x its floor. The gain beat the prediction: the 3.5 us came
+    from the two-CTA kernel, where the second CTA hid part of the pass; at one CTA an SM it
+    sat between each chunk's wait and its barrier (likely, not analysed).
+    """
+
+    def __init__(self, K: int, SH2: int, D: int, precision: str):
+        self.K, self.SH2, self.D = K, SH2, D
+        self.tf32 = precision == "tf32"
+        self.samples = TILE_ROWS // K
+        self.pairs = _slots(self.samples * D)
+        self.c_product = _StateProduct(self.samples, D)
+        self.L = _num_weights(SH2, D)
+        self.width = _partial_width(SH2, D)
+        self.au_pitch = 2 * D + 4  # as before: dh_hist's A reads (g, t) at g * pitch + t, conflict-free
+        # TF32 runs dh and dW_C on the tensor cores (dh_and_dwc_mma): h and dc take rows past
+        # the tile's samples, kept zero, up to whole MMA tiles (dW_C's K = samples: 8; dh's
+        # M = samples: 16), and dc a row pitch at which dh's A reads (g, t) are conflict-free
+        if self.tf32:
+            self.h_rows = -(-self.samples // 8) * 8
+            self.dc_rows = -(-self.samples // 16) * 16
+            self.dc_pitch = D + 4
+        else:
+            self.h_rows = self.dc_rows = self.samples
+            self.dc_pitch = D
+        # sW holds W_A|W_B twice a tile: phase 1 for a|u (TF32: [W_A|W_B]^T, wgmma's B operand,
+        # K-major and 128B-swizzled; fp32: K = rows), phase 3 with K = columns through
+        # _k_pairs_view (dh_hist's B operand, 64-bit pairs)
+        self.w_pitch3 = _pair_pitch(2 * D, True)  # 8 mod 16, what fp32 used already
+        if not self.tf32:  # TF32's h_hist tile is wgmma's A operand: 128B-swizzled, no pitch
+            self.hist_pitch = _pair_pitch(SH2, False)
+            self.w_pitch1 = _w_pitch(D)
+        # W_C at the c product's conflict-free pitch where the CTA still fits with it;
+        # elsewhere pitch D
+        self.wc_pitch = self.c_product.w_pitch
+        self.resident = self.rows_resident = False  # decided below, at the pitch chosen here
+        if self.smem_bytes() > SMEM_PER_SM:
+            self.wc_pitch = D
+        # TF32: W_A|W_B (as a|u's wgmma B operand and as dh_hist's pair layout) and W_C (as
+        # it is for the c product, rounded for dh) staged once a CTA where they fit beside the
+        # tile, instead of once a chunk and phase (see the class docstring)
+        self.resident = self.tf32 and self.smem_bytes(resident=True, rows_resident=False) <= SMEM_PER_SM
+        # and, where that still fits, the tile's whole h and dout (cp.async with its h_hist)
+        self.rows_resident = self.resident and self.smem_bytes(resident=True, rows_resident=True) <= SMEM_PER_SM
+
+    def ctas_per_sm(self) -> int:
+        """One CTA an SM: its weight-gradient partials stay in registers for the whole launch
+        (the cap is then 255 registers a thread)."""
+        return 1
+
+    def smem_bytes(self, resident: bool | None = None, rows_resident: bool | None = None) -> int:
+        D, SH2, Bt = self.D, self.SH2, self.samples
+        if resident is None:
+            resident = self.resident
+        if rows_resident is None:
+            rows_resident = self.rows_resident
+        wc_rows = SH2 if resident else CHUNK
+        # h's and dout's chunk buffers; with rows_resident, the tile's whole rows instead
+        rows = (self.h_rows + Bt) * ((SH2 if rows_resident else CHUNK) + 4)
+        small = (rows + wc_rows * self.wc_pitch + SH2
+                 + TILE_ROWS * self.au_pitch + self.dc_rows * self.dc_pitch + Bt + THREADS // 32)
+        slack = 16 * 10  # alignment slack per allocation
+        if resident:  # [W_A|W_B]^T swizzled, [W_A|W_B] at dh_hist's pitch, W_C rounded too
+            w_floats = 2 * D * SH2 + SH2 * self.w_pitch3 + SH2 * self.wc_pitch
+            return 4 * (TILE_ROWS * SH2 + w_floats + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
+        if self.tf32:  # h_hist and sW on swizzle-atom boundaries; sDsigma
+            return 4 * (TILE_ROWS * SH2 + self.w_floats() + small + THREADS) + 2 * _wgmma.ATOM_BYTES + slack
+        # sWCt: W_C[chunk]^T for the FFMA dh
+        return 4 * (TILE_ROWS * self.hist_pitch + self.w_floats() + small + D * (CHUNK + 4)) + slack
+
+    def w_floats(self) -> int:
+        """Floats of the sW buffer: the larger of its phase-1 and phase-3 layouts."""
+        if self.tf32:
+            return max(2 * self.D * CHUNK, CHUNK * self.w_pitch3)
+        return CHUNK * max(self.w_pitch1, self.w_pitch3)
+
+    @cute.jit
+    def __call__(self, p_dout: cute.Pointer, p_hist: cute.Pointer, p_h: cute.Pointer,
+                 p_wa: cute.Pointer, p_wb: cute.Pointer, p_wc: cute.Pointer, p_w: cute.Pointer,
+                 p_partials: cute.Pointer, p_dhist: cute.Pointer, p_dh: cute.Pointer,
+                 sigma: Float32, batch: Int32, num_ctas: Int32, stream: cuda.CUstream):
+        K, SH2, D = self.K, self.SH2, self.D
+        mDout = cute.make_tensor(p_dout, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        mHist = cute.make_tensor(p_hist, cute.make_layout((batch * K, SH2), stride=(SH2, 1)))
+        mH = cute.make_tensor(p_h, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        mWA = cute.make_tensor(p_wa, cute.make_layout((SH2, D), stride=(D, 1)))
+        mWB = cute.make_tensor(p_wb, cute.make_layout((SH2, D), stride=(D, 1)))
+        mWC = cute.make_tensor(p_wc, cute.make_layout((SH2, D), stride=(D, 1)))
+        mw = cute.make_tensor(p_w, cute.make_layout((1, SH2), stride=(SH2, 1)))
+        mP = cute.make_tensor(p_partials, cute.make_layout((num_ctas, self.width), stride=(self.width, 1)))
+        mDHist = cute.make_tensor(p_dhist, cute.make_layout((batch * K, SH2), stride=(SH2, 1)))
+        mDH = cute.make_tensor(p_dh, cute.make_layout((batch, SH2), stride=(SH2, 1)))
+        self.kernel(mDout, mHist, mH, mWA, mWB, mWC, mw, mP, mDHist, mDH, sigma, batch,
+                    num_ctas).launch(grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), stream=stream,
+                                     min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
+
+    @cute.jit
+    def fetch_chunk(self, mWA: cute.Tensor, mWB: cute.Tensor, mH: cute.Tensor, mWC: cute.Tensor,
+                    mDout: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32, rW: cute.Tensor,
+                    rH: cute.Tensor, rWC: cute.Tensor, rDout: cute.Tensor,
+                    w_transposed: cutlass.Constexpr[bool] = False):
+        """Registers <- SH2 columns col0 : col0 + CHUNK of W_A|W_B, W_C (unless they are
+        resident), and h, dout of the tile's samples b0 : b0 + n_samples; W_A|W_B for
+        store_weights_t if `w_transposed`."""
+        if const_expr(not self.resident):
+            if const_expr(w_transposed):
+                self.fetch_weights_t(mWA, mWB, col0, rW)
+            else:
+                self.fetch_weights_ab(mWA, mWB, col0, rW, self.D)
+            self.fetch_rows(mWC, col0, CHUNK, 0, rWC, CHUNK, self.D)
+        self.fetch_rows(mH, b0, n_samples, col0, rH, self.samples, CHUNK)
+        self.fetch_rows(mDout, b0, n_samples, col0, rDout, self.samples, CHUNK)
+
+    @cute.jit
+    def stage_weights(self, mWA: cute.Tensor, mWB: cute.Tensor, mWC: cute.Tensor, sWt: cute.Tensor,
+                      sW3: cute.Tensor, sWC: cute.Tensor, sWCr: cute.Tensor):
+        """The resident weights, once a CTA: sWt (2D, CHUNK, chunks) <- [W_A|W_B]^T rounded
+        (a|u's wgmma B), sW3 (SH2, 2D) <- [W_A|W_B] rounded (dh_hist's B), sWC (SH2, D) <-
+        W_C as it is (the c product's FFMA) and sWCr <- W_C rounded (dh's B). Every chunk's
+        loads are issued before the first store: one round trip, not one a chunk."""
+        D = self.D
+        n_chunks = self.SH2 // CHUNK
+        slots_w = _slots(CHUNK * 2 * D // 4)
+        slots_wc = _slots(CHUNK * D // 4)
+        rT, rAB, rC = [], [], []
+        for kc in cutlass.range_constexpr(n_chunks):
+            rT.append(cute.make_rmem_tensor(cute.make_layout((4, slots_w)), Float32))
+            rAB.append(cute.make_rmem_tensor(cute.make_layout((4, slots_w)), Float32))
+            rC.append(cute.make_rmem_tensor(cute.make_layout((4, slots_wc)), Float32))
+            self.fetch_weights_t(mWA, mWB, kc * CHUNK, rT[kc])
+            self.fetch_weights_ab(mWA, mWB, kc * CHUNK, rAB[kc], D)
+            self.fetch_rows(mWC, kc * CHUNK, CHUNK, 0, rC[kc], CHUNK, D)
+        for kc in cutlass.range_constexpr(n_chunks):
+            self.store_weights_t(rT[kc], sWt[None, None, kc])
+            self.store_rows(rAB[kc], cute.local_tile(sW3, (CHUNK, 2 * D), (kc, 0)), CHUNK, 2 * D, True)
+            self.store_rows(rC[kc], cute.local_tile(sWC, (CHUNK, D), (kc, 0)), CHUNK, D)
+            self.store_rows(rC[kc], cute.local_tile(sWCr, (CHUNK, D), (kc, 0)), CHUNK, D, True)
+        _wgmma.publish()  # sWt -> the tensor cores; a barrier follows before the first wgmma
+
+    def hist_chunk(self, sHist: cute.Tensor, kc: Int32) -> cute.Tensor:
+        """The (TILE_ROWS, CHUNK) h_hist chunk kc of the tile in shared memory."""
+        if const_expr(self.tf32):
+            return sHist[None, None, kc]
+        return cute.local_tile(sHist, (TILE_ROWS, CHUNK), (0, kc))
+
+    def ab_entry(self, coord_dw: cute.Tensor, col0: Int32, i: int) -> Int32:
+        """Flat weight-gradient index of [dW_A|dW_B] accumulator entry i (trace-time Python):
+        n < D: dW_A[col0 + j, n]; n >= D: dW_B[col0 + j, n - D], SH2 * D entries later."""
+        j, n = coord_dw[i]
+        return (col0 + j) * self.D + n + (n // self.D) * (self.SH2 * self.D - self.D)
+
+    def wc_vector(self, col0: Int32, tid: Int32, i: int) -> Int32:
+        """Float4 index in a partials row of dW_C[col0 + j, 4*s4 : 4*s4 + 4], where the
+        thread's slot i holds (j, s4) = divmod(tid + i * THREADS, D // 4)."""
+        return (2 * self.SH2 * self.D + col0 * self.D) // 4 + tid + i * THREADS
+
+    def wc_entry(self, coord_wc: cute.Tensor, col0: Int32, i: int) -> Int32:
+        """Flat index in a partials row of dW_C[col0 + j, s], TF32 dW_C accumulator entry i."""
+        j, s = coord_wc[i]
+        return 2 * self.SH2 * self.D + (col0 + j) * self.D + s
+
+    @cute.jit
+    def dh_and_dwc_mma(self, tid: Int32, tiled_dh: cute.TiledMma, thr_dh: Any, tiled_wc: cute.TiledMma,
+                       thr_wc: Any, sDC: cute.Tensor, sWC: cute.Tensor, sH: cute.Tensor,
+                       sDout: cute.Tensor, acc_wc: cute.Tensor, mDH: cute.Tensor,
+                       b0: Int32, n_samples: Int32, col0: Int32):
+        """TF32 phase 3 of one chunk, the two small products on the tensor cores, side by side:
+        the first 4 warps dh[b, chunk] = dout + dc @ W_C[chunk]^T (M = samples, padded to
+        dc_rows; N = CHUNK; K = D), the other 4 dW_C[chunk] += h^T dc (M = CHUNK, N = D,
+        K = samples, padded to h_rows with zero rows) into acc_wc, the chunk's dW_C
+        accumulators for the whole launch. dh stores 64-bit pairs. dc, h and W_C were rounded
+        when they were put in shared memory. As FFMA (fp32's path) these took 1 + 2D shared
+        loads and 4D FFMAs per 4 outputs of dh, on half of the threads, and 2 Bt loads per 4
+        of dW_C."""
+        D = self.D
+        if tid < THREADS // 2:
+            acc = tiled_dh.make_fragment_C(tiled_dh.partition_shape_C((self.dc_rows, CHUNK)))
+            acc.fill(0.0)
+            _mma_smem(tiled_dh, thr_dh, acc, sDC, sWC, True, a_rounded=True, b_rounded=True)
+            coord = thr_dh.partition_C(cute.make_identity_tensor((self.dc_rows, CHUNK)))
+            for i in cutlass.range_constexpr(0, cute.size(acc), 2):
+                b, n = coord[i]
+                if b < n_samples:
+                    store_pair(mDH[b0 + b, None], col0 + n, sDout[b, n] + acc[i], sDout[b, n + 1] + acc[i + 1])
+        else:
+            sHt = cute.make_tensor(sH.iterator, cute.select(sH.layout, mode=[1, 0]))
+            sDCt = cute.make_tensor(sDC.iterator, cute.make_layout((D, self.h_rows), stride=(1, self.dc_pitch)))
+            _mma_smem(tiled_wc, thr_wc, acc_wc, sHt, sDCt, True, a_rounded=True, b_rounded=True)
+
+    @cute.jit
+    def dh_and_dwc_ffma(self, tid: Int32, sDC: cute.Tensor, sWCt: cute.Tensor, sH: cute.Tensor, sDout: cute.Tensor,
+                        acc_wc: cute.Tensor, mDH: cute.Tensor, b0: Int32, n_samples: Int32, col0: Int32):
+        """fp32 phase 3 of one chunk: dh[b, chunk] = dout + dc @ W_C[chunk]^T and dW_C[chunk] +=
+        h^T dc (into acc_wc [n_wc, 4], the chunk's dW_C for the whole launch) as exact float32
+        FFMA."""
+        D, Bt = self.D, self.samples
+        quads = D // 4
+        n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
+        # 4 outputs a thread below: each shared-memory read feeds 4 FFMAs, not 1
+        v = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        x4 = cute.make_rmem_tensor(cute.make_layout((4,)), Float32)
+        # dh[b, chunk] = dout + dc @ W_C[chunk]^T
+        for i in cutlass.range_constexpr(_slots(Bt * CHUNK // 4)):
+            idx = tid + i * THREADS
+            b = idx // (CHUNK // 4)
+            q = idx - b * (CHUNK // 4)
+            if b < n_samples:
+                cute.autovec_copy(cute.local_tile(sDout[b, None], (4,), (q,)), v)
+                for s in cutlass.range_constexpr(D):
+                    dc = sDC[b, s]
+                    cute.autovec_copy(cute.local_tile(sWCt[s, None], (4,), (q,)), x4)
+                    for e in cutlass.range_constexpr(4):
+                        v[e] = v[e] + dc * x4[e]
+                cute.autovec_copy(v, cute.local_tile(mDH[b0 + b, None], (4,), (col0 // 4 + q,)))
+        # dW_C[chunk] += h[:, chunk]^T @ dc
+        for i in cutlass.range_constexpr(n_wc):
+            idx = tid + i * THREADS
+            j = idx // quads
+            s4 = idx - j * quads
+            if idx < CHUNK * quads:
+                v.fill(0.0)
+                for b in cutlass.range_constexpr(Bt):
+                    hj = sH[b, j]
+                    cute.autovec_copy(cute.local_tile(sDC[b, None], (4,), (s4,)), x4)
+                    for e in cutlass.range_constexpr(4):
+                        v[e] = v[e] + hj * x4[e]
+                for e in cutlass.range_constexpr(4):
+                    acc_wc[i, e] = acc_wc[i, e] + v[e]
+
+    @cute.kernel
+    def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
+               mWB: cute.Tensor, mWC: cute.Tensor, mw: cute.Tensor, mP: cute.Tensor,
+               mDHist: cute.Tensor, mDH: cute.Tensor, sigma: Float32, batch: Int32, num_ctas: Int32):
+        K, SH2, D, Bt = self.K, self.SH2, self.D, self.samples
+        n_chunks = SH2 // CHUNK
+        tid, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        smem = cutlass.memory.SmemAllocator()
+        if const_expr(self.tf32):
+            # a|u's wgmma operands (see _wgmma), K-major and 128B-swizzled: the h_hist tile as
+            # (TILE_ROWS, CHUNK, chunks), chunk kc = [None, None, kc], and [W_A|W_B]^T of a chunk
+            sHist = _wgmma.allocate_sw128(smem, (TILE_ROWS, CHUNK, n_chunks))
+            if const_expr(self.resident):
+                sWt = _wgmma.allocate_sw128(smem, (2 * D, CHUNK, n_chunks))
+                sW3all = smem.allocate_tensor(Float32, cute.make_layout((SH2, 2 * D), stride=(self.w_pitch3, 1)), 16)
+            else:
+                sWbuf = smem.allocate_tensor(Float32, cute.make_layout((self.w_floats(),)), _wgmma.ATOM_BYTES)
+                sWt = _wgmma.sw128_view(sWbuf.iterator, (2 * D, CHUNK))
+        else:
+            hist_layout = cute.make_layout((TILE_ROWS, SH2), stride=(self.hist_pitch, 1))
+            sHist = smem.allocate_tensor(Float32, hist_layout, 16)
+            w_pitch = max(self.w_pitch1, self.w_pitch3)
+            sWbuf = smem.allocate_tensor(Float32, cute.make_layout((CHUNK, w_pitch), stride=(w_pitch, 1)), 16)
+            sW1 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch1, 1)))
+            # [W_A|W_B]^T (2D, Kc) for a|u
+            sWt = cute.make_tensor(sW1.iterator, cute.make_layout((2 * D, CHUNK), stride=(1, self.w_pitch1)))
+        if const_expr(not self.resident):
+            sW3 = cute.make_tensor(sWbuf.iterator, cute.make_layout((CHUNK, 2 * D), stride=(self.w_pitch3, 1)))
+        if const_expr(self.rows_resident):
+            # the tile's h and dout, whole, brought by cp.async with its h_hist chunks (pitch
+            # SH2 + 4 = 4 mod 32 words, as CHUNK + 4 below: the same banks); h's rows past the
+            # tile's samples are dW_C's K padding, as in sH
+            sHall = smem.allocate_tensor(Float32, cute.make_layout((self.h_rows, SH2), stride=(SH2 + 4, 1)), 16)
+            sDoutAll = smem.allocate_tensor(Float32, cute.make_layout((Bt, SH2), stride=(SH2 + 4, 1)), 16)
+        else:  # a chunk of each at a time, staged through registers
+            sH = smem.allocate_tensor(Float32, cute.make_layout((self.h_rows, CHUNK), stride=(CHUNK + 4, 1)), 16)
+            sDout = smem.allocate_tensor(Float32, cute.make_layout((Bt, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        wc_rows = SH2 if const_expr(self.resident) else CHUNK
+        sWCall = smem.allocate_tensor(Float32, cute.make_layout((wc_rows, D), stride=(self.wc_pitch, 1)), 16)
+        sWC = cute.local_tile(sWCall, (CHUNK, D), (0, 0))
+        if const_expr(self.resident):  # W_C rounded, dh's B operand
+            sWCr = smem.allocate_tensor(Float32, cute.make_layout((SH2, D), stride=(self.wc_pitch, 1)), 16)
+        # fp32's phase 3 reads W_C[chunk] with lanes along SH2: transposed, so those reads hit
+        # distinct banks (TF32's dh reads sWC, restaged rounded, as its MMA's B operand)
+        sWCt = None
+        if const_expr(not self.tf32):
+            sWCt = smem.allocate_tensor(Float32, cute.make_layout((D, CHUNK), stride=(CHUNK + 4, 1)), 16)
+        sWv = smem.allocate_tensor(Float32, cute.make_layout((1, SH2), stride=(SH2, 1)), 16)
+        sAUk = smem.allocate_tensor(Float32, cute.make_layout((TILE_ROWS, 2 * D), stride=(self.au_pitch, 1)), 16)
+        # a|u, then da|du: TF32 keeps its columns in dh_hist's K order (see _k_order_view)
+        sAU = _k_order_view(sAUk) if const_expr(self.tf32) else sAUk
+        # c from phase 1, then dc written over it in phase 2 (each (b, s) by the thread that read it)
+        sDC = smem.allocate_tensor(Float32, cute.make_layout((self.dc_rows, D), stride=(self.dc_pitch, 1)), 16)
+        sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
+        sRed = smem.allocate_tensor(Float32, cute.make_layout((THREADS // 32,)), 16)
+        # TF32: each thread's running dsigma sum, touched once a tile: as a register it was the
+        # one value ptxas spilled at the 128-register cap (to local memory, slower than this)
+        sDsigma = smem.allocate_tensor(Float32, cute.make_layout((THREADS,)), 16) if const_expr(self.tf32) else None
+        # [da|du]^T (2D, TILE_ROWS) for dW
+        sAUt = cute.make_tensor(sAU.iterator, cute.select(sAU.layout, mode=[1, 0]))
+
+        rW = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * 2 * D // 4))), Float32)
+        rH = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
+        rDout = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
+        rWC = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * D // 4))), Float32)
+
+        tiled = _tiled_mma(self.tf32)
+        thr = tiled.get_slice(tid)
+        if const_expr(self.tf32):
+            # a|u = one 64 x 2D wgmma tile (M = TILE_ROWS), issued by the last warpgroup (the c
+            # product's tasks and dctx's pairs fill the low threads first)
+            tiled_au = _wgmma.tiled_mma_tf32(2 * D)
+            mma_group = tid // _wgmma.WARPGROUP == THREADS // _wgmma.WARPGROUP - 1
+            thr_au = tiled_au.get_slice(tid % _wgmma.WARPGROUP)
+            tCrA = tiled_au.make_fragment_A(thr_au.partition_A(sHist))  # (MMA, 1, CHUNK / 8, chunks)
+            tCrB = tiled_au.make_fragment_B(thr_au.partition_B(sWt))  # (MMA, 1, CHUNK / 8)
+        else:
+            tiled_au = _tiled_mma(False)
+            thr_au = tiled_au.get_slice(tid)
+        c_acc = self.c_product.accumulators()
+        dctx_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
+        xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
+        coord_dw = thr.partition_C(cute.make_identity_tensor((CHUNK, 2 * D)))
+        n_ab = cute.size(coord_dw)
+        quads = D // 4
+        n_wc = _slots(CHUNK * quads)  # dW_C: 4 consecutive states per thread and slot
+        # The CTA's weight gradients, held in registers over all its tiles and written to its
+        # partials row once at the end: per SH2 chunk the [dW_A|dW_B] MMA accumulators, dW_C's
+        # (TF32: the dW_C half's MMA accumulators; fp32: 4 states a slot) and dw's (one column
+        # a thread, threads < CHUNK). Lists over the chunks: the chunk loop is unrolled, so each
+        # is indexed at trace time (a run-time index would put them in local memory).
+        acc_ab = []
+        for kc in cutlass.range_constexpr(n_chunks):
+            acc_ab.append(tiled.make_fragment_C(tiled.partition_shape_C((CHUNK, 2 * D))))
+            acc_ab[kc].fill(0.0)
+        acc_w = cute.make_rmem_tensor(cute.make_layout((n_chunks,)), Float32)
+        acc_w.fill(0.0)
+        acc_wc = []
+        if const_expr(self.tf32):
+            # dh and dW_C on the tensor cores, one half of the CTA (4 warps) each (dh_and_dwc_mma)
+            half_tid = tid % (THREADS // 2)
+            tiled_dh = _tiled_mma(True, warps_m=1, warps=4)
+            tiled_wc = _tiled_mma(True, warps_m=4, warps=4)
+            thr_dh = tiled_dh.get_slice(half_tid)
+            thr_wc = tiled_wc.get_slice(half_tid)
+            coord_wc = thr_wc.partition_C(cute.make_identity_tensor((CHUNK, D)))
+            for kc in cutlass.range_constexpr(n_chunks):
+                acc_wc.append(tiled_wc.make_fragment_C(tiled_wc.partition_shape_C((CHUNK, D))))
+                acc_wc[kc].fill(0.0)
+            # h's and dc's rows past the tile's samples: dW_C's K padding, zero for good
+            if const_expr(self.rows_resident):
+                self.zero_rows(sHall, Bt, self.h_rows - Bt, SH2)
+            else:
+                self.zero_rows(sH, Bt, self.h_rows - Bt, CHUNK)
+            self.zero_rows(sDC, Bt, self.dc_rows - Bt, D)
+        else:
+            for kc in cutlass.range_constexpr(n_chunks):
+                acc_wc.append(cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32))
+                acc_wc[kc].fill(0.0)
+        dsigma = Float32(0.0)  # fp32's running sum (its register allocation is left as it was)
+        if const_expr(self.tf32):
+            sDsigma[tid] = dsigma
+        slice_k = CHUNK // D  # columns of dout @ w each lane of a sample's D-lane group sums
+
+        for i in cutlass.range_constexpr(_slots(SH2 // 4)):  # w stays in shared memory throughout
+            if tid + i * THREADS < SH2 // 4:
+                cute.autovec_copy(cute.local_tile(mw[0, None], (4,), (tid + i * THREADS,)),
+                                  cute.local_tile(sWv[0, None], (4,), (tid + i * THREADS,)))
+
+        if const_expr(self.resident):
+            self.stage_weights(mWA, mWB, mWC, sWt, sW3all, sWCall, sWCr)
+
+        # The first tile's whole h_hist tile in flight at once, straight into shared memory,
+        # one cp.async group per chunk so that chunk 0 is multiplied while the rest arrive.
+        # Each later tile's is issued chunk by chunk during the previous tile's phase 3, as
+        # soon as that chunk's shared memory is free, so the tile does not start by waiting.
+        num_tiles = (batch + Bt - 1) // Bt
+        first_samples = cutlass.min(batch - cta * Bt, Bt)
+        for kc in cutlass.range(n_chunks, unroll=1):
+            if const_expr(self.rows_resident):  # h and dout in the chunk's group
+                self.copy_rows_async(mH, cta * Bt, first_samples, kc * CHUNK,
+                                     cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+                self.copy_rows_async(mDout, cta * Bt, first_samples, kc * CHUNK,
+                                     cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+            self.copy_rows_async(mHist, cta * Bt * K, first_samples * K, kc * CHUNK,
+                                 self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
+        for tile in cutlass.range(cta, num_tiles, num_ctas, unroll=1):
+            b0 = tile * Bt
+            n_samples = cutlass.min(batch - b0, Bt)
+            row0 = b0 * K
+            next_b0 = b0 + num_ctas * Bt
+            next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
+
+            # ---- phase 1: a|u = h_hist @ [W_A|W_B] (h_hist tile stays), c = h @ W_C, dctx = dout @ w
+            acc = tiled_au.make_fragment_C(tiled_au.partition_shape_C((TILE_ROWS, 2 * D)))
+            acc.fill(0.0)
+            c_acc.fill(0.0)
+            dctx_acc.fill(0.0)
+            if const_expr(not self.rows_resident):
+                self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
+            for kc in cutlass.range(n_chunks, unroll=1):
+                for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
+                    if kc == j:
+                        cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
+                if const_expr(self.resident):
+                    sWCk = cute.local_tile(sWCall, (CHUNK, D), (kc, 0))
+                else:
+                    sWCk = sWC
+                    if const_expr(self.tf32):
+                        self.store_weights_t(rW, sWt)
+                    else:
+                        self.store_rows(rW, sW1, CHUNK, 2 * D)
+                    self.store_rows(rWC, sWC, CHUNK, D)
+                if const_expr(self.rows_resident):  # arrived with the chunk's h_hist
+                    sHk = cute.local_tile(sHall, (Bt, CHUNK), (0, kc))
+                    sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
+                else:
+                    sHk, sDoutK = sH, sDout
+                    self.store_rows(rH, sH, Bt, CHUNK)
+                    self.store_rows(rDout, sDout, Bt, CHUNK)
+                if const_expr(self.tf32):
+                    # h_hist stays as cp.async wrote it: its two products (a|u, dW) truncate
+                    # it to TF32 rather than round it (see the class docstring, last paragraph)
+                    _wgmma.publish()  # the chunk and the stores above -> the tensor cores' (async proxy) reads
+                cute.arch.barrier()
+                if const_expr(self.tf32):
+                    # the chunk's a|u as one wgmma group, issued first: the tensor cores read
+                    # sHist and sWt while the next chunk's loads are issued and c, dctx
+                    # accumulate; waited for before the closing barrier, after which sWt is rewritten
+                    if mma_group:  # resident: the chunk's own [W_A|W_B]^T; else the one staged
+                        _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,),
+                                         b_at=(kc,) if const_expr(self.resident) else ())
+                if const_expr(not self.rows_resident):
+                    if kc + 1 < n_chunks:
+                        self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
+                                         rW, rH, rWC, rDout, self.tf32)
+                if const_expr(not self.tf32):
+                    _mma_smem(tiled_au, thr_au, acc, self.hist_chunk(sHist, kc), sWt, False)
+                self.c_product.accumulate(c_acc, sHk, sWCk, tid)
+                for p in cutlass.range_constexpr(self.pairs):
+                    pair = tid + p * THREADS
+                    if pair < Bt * D:
+                        b = pair // D
+                        s = pair - b * D
+                        dc = dctx_acc[p]
+                        for k in cutlass.range_constexpr(slice_k):
+                            dc = dc + sDoutK[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
+                        dctx_acc[p] = dc
+                if const_expr(self.tf32):
+                    # every warp (a no-op where nothing is in flight), as in the forward
+                    warpgroup.wait_group(0)
+                if const_expr(not self.rows_resident):
+                    # the next chunk's staging rewrites sW, sWC, sH, sDout. With h and dout
+                    # resident nothing of phase 1 is rewritten (each chunk has its own
+                    # buffers), so warps done with chunk kc go on to chunk kc + 1 while the
+                    # others finish it
+                    cute.arch.barrier()
+            self.c_product.store(c_acc, sDC, tid)
+            if const_expr(self.tf32):
+                if mma_group:
+                    _store_accumulators(thr_au, acc, sAU)
+            else:
+                _store_accumulators(thr_au, acc, sAU)
+            cute.arch.barrier()
+
+            # ---- phase 2: forward scan recomputed, reverse scan; da|du overwrite a|u in place
+            if const_expr(self.tf32):
+                dsigma = sDsigma[tid]
+            for p in cutlass.range_constexpr(self.pairs):
+                pair = tid + p * THREADS
+                b = pair // D
+                s = pair - b * D
+                bs = cutlass.min(b, Bt - 1)  # lanes past the tile: c = dctx = 0, so all zero
+                x = Float32(0.0)
+                for t in cutlass.range_constexpr(K):
+                    xs[t] = x
+                    x = sigma * _sigmoid(sAU[bs * K + t, s]) * x + sAU[bs * K + t, D + s]
+                if const_expr(p == self.pairs - 1 and Bt * D % THREADS != 0):
+                    # lanes past the tile read sample Bt-1's a|u, which that sample's own lanes
+                    # (all in this last pass) overwrite with da|du below: all reads before any write
+                    cute.arch.barrier()
+                c = Float32(0.0)
+                if pair < Bt * D:  # read by the thread that overwrites it with dc below
+                    c = sDC[b, s]
+                ctx = cute.arch.warp_reduction(c * x, operator.add, threads_in_group=D) * Float32(1.0 / D)
+                dctx = cute.arch.warp_reduction(dctx_acc[p], operator.add, threads_in_group=D)
+                lam = dctx * c * Float32(1.0 / D)
+                dcs = dctx * x * Float32(1.0 / D)
+                if pair < Bt * D:
+                    for tr in cutlass.range_constexpr(K):
+                        t = K - 1 - tr
+                        # a_t is read again (not kept in K registers) before da_t overwrites it
+                        a = sAU[b * K + t, s]
+                        sig = _sigmoid(a)
+                        xt = xs[t]
+                        da = lam * xt * sigma * _sigmoid_slope(a)
+                        du = lam
+                        if const_expr(self.tf32):  # da|du feed only the tensor cores (dh_hist, dW)
+                            da = tf32_operand(da)
+                            du = tf32_operand(du)
+                        sAU[b * K + t, s] = da
+                        sAU[b * K + t, D + s] = du
+                        dsigma = dsigma + lam * xt * sig
+                        lam = lam * sigma * sig
+                    if const_expr(self.tf32):  # dc, too, feeds only the tensor cores (dh, dW_C)
+                        dcs = tf32_operand(dcs)
+                    sDC[b, s] = dcs
+                    if s == 0:
+                        sCtx[b] = ctx
+            if const_expr(self.tf32):
+                sDsigma[tid] = dsigma
+            if const_expr(self.rows_resident):
+                # h feeds only dW_C's MMA from here: rounded once for the whole tile (phase 1's
+                # c product read it as it is), so phase 3's chunks need no staging barrier
+                for kc in cutlass.range_constexpr(n_chunks):
+                    self.round_rows_in_place(cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK)
+            cute.arch.barrier()
+
+            # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
+            if const_expr(not self.rows_resident):
+                self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
+            for kc in cutlass.range_constexpr(n_chunks):  # unrolled: the chunk's accumulators by name
+                col0 = kc * CHUNK
+                if const_expr(self.resident):
+                    sW3k = cute.local_tile(sW3all, (CHUNK, 2 * D), (kc, 0))
+                    sWCk = cute.local_tile(sWCr, (CHUNK, D), (kc, 0))
+                else:
+                    sW3k, sWCk = sW3, sWC
+                    self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
+                    # TF32: W_C feeds only dh's MMA in this phase
+                    if const_expr(self.tf32):
+                        self.store_rows(rWC, sWC, CHUNK, D, True)
+                    else:
+                        self.store_rows_transposed(rWC, sWCt, CHUNK, D)
+                if const_expr(self.rows_resident):  # in place since phase 2; h rounded there
+                    sHk = cute.local_tile(sHall, (self.h_rows, CHUNK), (0, kc))
+                    sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
+                else:
+                    sHk, sDoutK = sH, sDout
+                    # TF32: h feeds only dW_C's MMA in this phase
+                    self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
+                    self.store_rows(rDout, sDout, Bt, CHUNK)
+                    cute.arch.barrier()
+                if const_expr(kc + 1 < n_chunks and not self.rows_resident):
+                    self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
+                                     rW, rH, rWC, rDout)
+
+                # dh_hist[rows, chunk] = [da|du] @ [W_A|W_B][chunk]^T
+                acc_dh = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, CHUNK)))
+                acc_dh.fill(0.0)
+                if const_expr(self.tf32):
+                    # K relabeled by _k_pairs_view: W's fragment pairs adjacent; sAUk holds
+                    # [da|du] in that K order (_k_order_view), so it is read as stored
+                    _mma_smem(tiled, thr, acc_dh, sAUk, _k_pairs_view(sW3k), True, a_rounded=True,
+                              b_rounded=True, b_pairs=True)
+                else:
+                    _mma_smem(tiled, thr, acc_dh, sAU, sW3, False)
+                coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
+                if const_expr(self.tf32):
+                    # m16n8k8 accumulators come in column pairs (c0, c1) = (g, 2t), (g, 2t + 1):
+                    # one 64-bit store each (the backward's largest stall in ncu was its MIO
+                    # queue while dh_hist went out element by element)
+                    for i in cutlass.range_constexpr(0, cute.size(acc_dh), 2):
+                        m, n = coord_dh[i]
+                        if m < n_samples * K:
+                            store_pair(mDHist[row0 + m, None], col0 + n, acc_dh[i], acc_dh[i + 1])
+                else:
+                    for i in cutlass.range_constexpr(cute.size(acc_dh)):
+                        m, n = coord_dh[i]
+                        if m < n_samples * K:
+                            mDHist[row0 + m, col0 + n] = acc_dh[i]
+
+                # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
+                sHistChunk = self.hist_chunk(sHist, kc)
+                sHistT = cute.make_tensor(sHistChunk.iterator, cute.select(sHistChunk.layout, mode=[1, 0]))
+                acc_dw = acc_ab[kc]
+                if const_expr(self.tf32):
+                    # K (tile rows) relabeled by _k_pairs_view in both operands: lane (g, t)
+                    # reads rows 2t, 2t + 1, whose swizzle spreads the warp's h_hist^T loads
+                    # over 32 banks (2-way conflicts at rows t) and the [da|du]^T loads too
+                    # (2-way at pitch 2D + 4 before). h_hist's bits go in as they are (a_rounded:
+                    # no cvt.rna), so the tensor cores truncate it (see the class docstring)
+                    _mma_smem(tiled, thr, acc_dw, _k_pairs_view(sHistT), _k_pairs_view(sAUt), True,
+                              a_rounded=True, b_rounded=True)
+                else:
+                    _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
+
+                if const_expr(self.tf32):
+                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sHk, sDoutK,
+                                        acc_wc[kc], mDH, b0, n_samples, col0)
+                else:
+                    self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, acc_wc[kc], mDH, b0, n_samples, col0)
+                # dw[chunk] += ctx @ dout[:, chunk]
+                if tid < CHUNK:
+                    w_sum = Float32(0.0)
+                    for b in cutlass.range_constexpr(Bt):
+                        w_sum = w_sum + sCtx[b] * sDoutK[b, tid]
+                    acc_w[kc] = acc_w[kc] + w_sum
+                cute.arch.barrier()
+                if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
+                    if const_expr(self.rows_resident):  # and its h, dout: the next tile's join its group
+                        self.copy_rows_async(mH, next_b0, next_samples, col0,
+                                             cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+                        self.copy_rows_async(mDout, next_b0, next_samples, col0,
+                                             cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+                    self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
+                                         self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
+
+        # Every read of the inputs is done: column_sum, launched as this kernel's programmatic
+        # dependent, may start its launch now (its CTAs wait for this grid's end to read).
+        cute.arch.griddepcontrol_launch_dependents()
+        # The CTA's weight gradients, once: its row of the partials
+        for kc in cutlass.range_constexpr(n_chunks):
+            col0 = kc * CHUNK
+            for i in cutlass.range_constexpr(n_ab):
+                mP[cta, self.ab_entry(coord_dw, col0, i)] = acc_ab[kc][i]
+            if const_expr(self.tf32):
+                if tid >= THREADS // 2:  # the dW_C half
+                    for i in cutlass.range_constexpr(0, cute.size(acc_wc[kc]), 2):
+                        store_pair(mP[cta, None], self.wc_entry(coord_wc, col0, i), acc_wc[kc][i],
+                                   acc_wc[kc][i + 1])
+            else:
+                for i in cutlass.range_constexpr(n_wc):
+                    if tid + i * THREADS < CHUNK * quads:
+                        cute.autovec_copy(acc_wc[kc][i, None],
+                                          cute.local_tile(mP[cta, None], (4,), (self.wc_vector(col0, tid, i),)))
+            if tid < CHUNK:
+                mP[cta, 3 * SH2 * D + col0 + tid] = acc_w[kc]
+
+        # dsigma: this CTA's sum, reduced in a fixed order
+        if const_expr(self.tf32):
+            dsigma = sDsigma[tid]
+        warp_sum = cute.arch.warp_reduction(dsigma, operator.add)
+        if tid % 32 == 0:
+            sRed[tid // 32] = warp_sum
+        cute.arch.barrier()
+        if tid == 0:
+            total = sRed[0]
+            for i in cutlass.range_constexpr(1, THREADS // 32):
+                total = total + sRed[i]
+            mP[cta, self.L - 1] = total
+            for pad in cutlass.range_constexpr(self.L, self.width):  # summed too: keep them zero
+                mP[cta, pad] = Float32(0.0)
