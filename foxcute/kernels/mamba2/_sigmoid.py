@@ -36,4 +36,3 @@ def _reciprocal_1_to_2(v: Float32) -> Float32:
     operands that v never is; the branch fences every sigmoid of a scan into its own region,
     so the K independent sigmoids of a (sample, state) pair did not overlap."""
     return cute.arch.rcp_approx(v)
-

@@ -204,7 +204,6 @@ class _StateProduct:
                     sC[b, s4 * 4 + e] = v
 
 
-
 def _slots(n_vectors: int) -> int:
     return (n_vectors + THREADS - 1) // THREADS
 

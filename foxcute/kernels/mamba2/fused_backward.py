@@ -30,7 +30,6 @@ def _num_weights(SH2: int, D: int) -> int:
     return 3 * SH2 * D + SH2 + 1
 
 
-
 class FusedBackward(_TileCopies):
     """All seven gradients; weight gradients as per-CTA partials (see module docstring).
 
@@ -385,6 +384,256 @@ class FusedBackward(_TileCopies):
                 for e in cutlass.range_constexpr(4):
                     acc_wc[i, e] = acc_wc[i, e] + v[e]
 
+    @cute.jit
+    def forward_products(self, tid: Int32, b0: Int32, n_samples: Int32, mWA: cute.Tensor, mWB: cute.Tensor,
+                         mWC: cute.Tensor, mH: cute.Tensor, mDout: cute.Tensor, sHist: cute.Tensor, sWt: cute.Tensor,
+                         sW1: Any, sWC: cute.Tensor, sWCall: cute.Tensor, sH: Any, sDout: Any, sHall: Any,
+                         sDoutAll: Any, sWv: cute.Tensor, sDC: cute.Tensor, sAU: cute.Tensor, rW: cute.Tensor,
+                         rH: cute.Tensor, rWC: cute.Tensor, rDout: cute.Tensor, tiled_au: Any, thr_au: Any,
+                         mma_group: Any, tCrA: Any, tCrB: Any, c_acc: cute.Tensor, dctx_acc: cute.Tensor):
+        """Phase 1 of a tile: a|u = h_hist @ [W_A|W_B] into sAU (the h_hist tile stays), c = h @ W_C
+        into sDC, and this thread's share of dctx = dout @ w into dctx_acc (its pairs' partial
+        sums), chunk by chunk as the tile's cp.async groups land."""
+        D, Bt = self.D, self.samples
+        n_chunks = self.SH2 // CHUNK
+        slice_k = CHUNK // D  # columns of dout @ w each lane of a sample's D-lane group sums
+        acc = tiled_au.make_fragment_C(tiled_au.partition_shape_C((TILE_ROWS, 2 * D)))
+        acc.fill(0.0)
+        c_acc.fill(0.0)
+        dctx_acc.fill(0.0)
+        if const_expr(not self.rows_resident):
+            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
+        for kc in cutlass.range(n_chunks, unroll=1):
+            for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
+                if kc == j:
+                    cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
+            if const_expr(self.resident):
+                sWCk = cute.local_tile(sWCall, (CHUNK, D), (kc, 0))
+            else:
+                sWCk = sWC
+                if const_expr(self.tf32):
+                    self.store_weights_t(rW, sWt)
+                else:
+                    self.store_rows(rW, sW1, CHUNK, 2 * D)
+                self.store_rows(rWC, sWC, CHUNK, D)
+            if const_expr(self.rows_resident):  # arrived with the chunk's h_hist
+                sHk = cute.local_tile(sHall, (Bt, CHUNK), (0, kc))
+                sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
+            else:
+                sHk, sDoutK = sH, sDout
+                self.store_rows(rH, sH, Bt, CHUNK)
+                self.store_rows(rDout, sDout, Bt, CHUNK)
+            if const_expr(self.tf32):
+                # h_hist stays as cp.async wrote it: its two products (a|u, dW) truncate
+                # it to TF32 rather than round it (see the class docstring, last paragraph)
+                _wgmma.publish()  # the chunk and the stores above -> the tensor cores' (async proxy) reads
+            cute.arch.barrier()
+            if const_expr(self.tf32):
+                # the chunk's a|u as one wgmma group, issued first: the tensor cores read
+                # sHist and sWt while the next chunk's loads are issued and c, dctx
+                # accumulate; waited for before the closing barrier, after which sWt is rewritten
+                if mma_group:  # resident: the chunk's own [W_A|W_B]^T; else the one staged
+                    _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,),
+                                     b_at=(kc,) if const_expr(self.resident) else ())
+            if const_expr(not self.rows_resident):
+                if kc + 1 < n_chunks:
+                    self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
+                                     rW, rH, rWC, rDout, self.tf32)
+            if const_expr(not self.tf32):
+                _mma_smem(tiled_au, thr_au, acc, self.hist_chunk(sHist, kc), sWt, False)
+            self.c_product.accumulate(c_acc, sHk, sWCk, tid)
+            for p in cutlass.range_constexpr(self.pairs):
+                pair = tid + p * THREADS
+                if pair < Bt * D:
+                    b = pair // D
+                    s = pair - b * D
+                    dc = dctx_acc[p]
+                    for k in cutlass.range_constexpr(slice_k):
+                        dc = dc + sDoutK[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
+                    dctx_acc[p] = dc
+            if const_expr(self.tf32):
+                # every warp (a no-op where nothing is in flight), as in the forward
+                warpgroup.wait_group(0)
+            if const_expr(not self.rows_resident):
+                # the next chunk's staging rewrites sW, sWC, sH, sDout. With h and dout
+                # resident nothing of phase 1 is rewritten (each chunk has its own
+                # buffers), so warps done with chunk kc go on to chunk kc + 1 while the
+                # others finish it
+                cute.arch.barrier()
+        self.c_product.store(c_acc, sDC, tid)
+        if const_expr(self.tf32):
+            if mma_group:
+                _store_accumulators(thr_au, acc, sAU)
+        else:
+            _store_accumulators(thr_au, acc, sAU)
+        cute.arch.barrier()
+
+    @cute.jit
+    def scans(self, tid: Int32, sigma: Float32, dsigma: Float32, sAU: cute.Tensor, sDC: cute.Tensor,
+              sCtx: cute.Tensor, sDsigma: Any, sHall: Any, xs: cute.Tensor, dctx_acc: cute.Tensor) -> Float32:
+        """Phase 2 of a tile: per (sample, state) pair the forward scan recomputed from a|u (its
+        states x_t kept in xs), ctx, then the reverse scan: da|du written over a|u, dc over c,
+        ctx to sCtx; returns dsigma plus this thread's terms (TF32 keeps the running sum in
+        sDsigma). With h and dout resident, h rounded in place for phase 3's dW_C."""
+        K, D, Bt = self.K, self.D, self.samples
+        n_chunks = self.SH2 // CHUNK
+        if const_expr(self.tf32):
+            dsigma = sDsigma[tid]
+        for p in cutlass.range_constexpr(self.pairs):
+            pair = tid + p * THREADS
+            b = pair // D
+            s = pair - b * D
+            bs = cutlass.min(b, Bt - 1)  # lanes past the tile: c = dctx = 0, so all zero
+            x = Float32(0.0)
+            for t in cutlass.range_constexpr(K):
+                xs[t] = x
+                x = sigma * _sigmoid(sAU[bs * K + t, s]) * x + sAU[bs * K + t, D + s]
+            if const_expr(p == self.pairs - 1 and Bt * D % THREADS != 0):
+                # lanes past the tile read sample Bt-1's a|u, which that sample's own lanes
+                # (all in this last pass) overwrite with da|du below: all reads before any write
+                cute.arch.barrier()
+            c = Float32(0.0)
+            if pair < Bt * D:  # read by the thread that overwrites it with dc below
+                c = sDC[b, s]
+            ctx = cute.arch.warp_reduction(c * x, operator.add, threads_in_group=D) * Float32(1.0 / D)
+            dctx = cute.arch.warp_reduction(dctx_acc[p], operator.add, threads_in_group=D)
+            lam = dctx * c * Float32(1.0 / D)
+            dcs = dctx * x * Float32(1.0 / D)
+            if pair < Bt * D:
+                for tr in cutlass.range_constexpr(K):
+                    t = K - 1 - tr
+                    # a_t is read again (not kept in K registers) before da_t overwrites it
+                    a = sAU[b * K + t, s]
+                    sig = _sigmoid(a)
+                    xt = xs[t]
+                    da = lam * xt * sigma * _sigmoid_slope(a)
+                    du = lam
+                    if const_expr(self.tf32):  # da|du feed only the tensor cores (dh_hist, dW)
+                        da = tf32_operand(da)
+                        du = tf32_operand(du)
+                    sAU[b * K + t, s] = da
+                    sAU[b * K + t, D + s] = du
+                    dsigma = dsigma + lam * xt * sig
+                    lam = lam * sigma * sig
+                if const_expr(self.tf32):  # dc, too, feeds only the tensor cores (dh, dW_C)
+                    dcs = tf32_operand(dcs)
+                sDC[b, s] = dcs
+                if s == 0:
+                    sCtx[b] = ctx
+        if const_expr(self.tf32):
+            sDsigma[tid] = dsigma
+        if const_expr(self.rows_resident):
+            # h feeds only dW_C's MMA from here: rounded once for the whole tile (phase 1's
+            # c product read it as it is), so phase 3's chunks need no staging barrier
+            for kc in cutlass.range_constexpr(n_chunks):
+                self.round_rows_in_place(cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK)
+        cute.arch.barrier()
+        return dsigma
+
+    @cute.jit
+    def gradient_products(self, tid: Int32, b0: Int32, n_samples: Int32, row0: Int32, next_b0: Int32,
+                          next_samples: Int32, mWA: cute.Tensor, mWB: cute.Tensor, mWC: cute.Tensor, mH: cute.Tensor,
+                          mDout: cute.Tensor, mHist: cute.Tensor, mDHist: cute.Tensor, mDH: cute.Tensor,
+                          sHist: cute.Tensor, sW3: Any, sW3all: Any, sWC: cute.Tensor, sWCr: Any, sWCt: Any,
+                          sH: Any, sDout: Any, sHall: Any, sDoutAll: Any, sAUk: cute.Tensor, sAU: cute.Tensor,
+                          sAUt: cute.Tensor, sDC: cute.Tensor, sCtx: cute.Tensor, rW: cute.Tensor, rH: cute.Tensor,
+                          rWC: cute.Tensor, rDout: cute.Tensor, tiled: cute.TiledMma, thr: Any, tiled_dh: Any,
+                          thr_dh: Any, tiled_wc: Any, thr_wc: Any, acc_ab: list, acc_wc: list, acc_w: cute.Tensor):
+        """Phase 3 of a tile, chunk by chunk (unrolled: each chunk's weight-gradient accumulators
+        by name): dh_hist = [da|du] @ [W_A|W_B]^T out to global memory, [dW_A|dW_B] += h_hist^T
+        [da|du] into acc_ab, dh out and dW_C into acc_wc (dh_and_dwc_mma / _ffma), dw += ctx^T
+        dout into acc_w; then the next tile's cp.async into the chunk's freed buffers."""
+        K, D, Bt = self.K, self.D, self.samples
+        n_chunks = self.SH2 // CHUNK
+        if const_expr(not self.rows_resident):
+            self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
+        for kc in cutlass.range_constexpr(n_chunks):  # unrolled: the chunk's accumulators by name
+            col0 = kc * CHUNK
+            if const_expr(self.resident):
+                sW3k = cute.local_tile(sW3all, (CHUNK, 2 * D), (kc, 0))
+                sWCk = cute.local_tile(sWCr, (CHUNK, D), (kc, 0))
+            else:
+                sW3k, sWCk = sW3, sWC
+                self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
+                # TF32: W_C feeds only dh's MMA in this phase
+                if const_expr(self.tf32):
+                    self.store_rows(rWC, sWC, CHUNK, D, True)
+                else:
+                    self.store_rows_transposed(rWC, sWCt, CHUNK, D)
+            if const_expr(self.rows_resident):  # in place since phase 2; h rounded there
+                sHk = cute.local_tile(sHall, (self.h_rows, CHUNK), (0, kc))
+                sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
+            else:
+                sHk, sDoutK = sH, sDout
+                # TF32: h feeds only dW_C's MMA in this phase
+                self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
+                self.store_rows(rDout, sDout, Bt, CHUNK)
+                cute.arch.barrier()
+            if const_expr(kc + 1 < n_chunks and not self.rows_resident):
+                self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
+                                 rW, rH, rWC, rDout)
+
+            # dh_hist[rows, chunk] = [da|du] @ [W_A|W_B][chunk]^T
+            acc_dh = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, CHUNK)))
+            acc_dh.fill(0.0)
+            if const_expr(self.tf32):
+                # K relabeled by _k_pairs_view: W's fragment pairs adjacent; sAUk holds
+                # [da|du] in that K order (_k_order_view), so it is read as stored
+                _mma_smem(tiled, thr, acc_dh, sAUk, _k_pairs_view(sW3k), True, a_rounded=True,
+                          b_rounded=True, b_pairs=True)
+            else:
+                _mma_smem(tiled, thr, acc_dh, sAU, sW3, False)
+            coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
+            if const_expr(self.tf32):
+                # m16n8k8 accumulators come in column pairs (c0, c1) = (g, 2t), (g, 2t + 1):
+                # one 64-bit store each (the backward's largest stall in ncu was its MIO
+                # queue while dh_hist went out element by element)
+                for i in cutlass.range_constexpr(0, cute.size(acc_dh), 2):
+                    m, n = coord_dh[i]
+                    if m < n_samples * K:
+                        store_pair(mDHist[row0 + m, None], col0 + n, acc_dh[i], acc_dh[i + 1])
+            else:
+                for i in cutlass.range_constexpr(cute.size(acc_dh)):
+                    m, n = coord_dh[i]
+                    if m < n_samples * K:
+                        mDHist[row0 + m, col0 + n] = acc_dh[i]
+
+            # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
+            sHistChunk = self.hist_chunk(sHist, kc)
+            sHistT = cute.make_tensor(sHistChunk.iterator, cute.select(sHistChunk.layout, mode=[1, 0]))
+            acc_dw = acc_ab[kc]
+            if const_expr(self.tf32):
+                # K (tile rows) relabeled by _k_pairs_view in both operands: lane (g, t)
+                # reads rows 2t, 2t + 1, whose swizzle spreads the warp's h_hist^T loads
+                # over 32 banks (2-way conflicts at rows t) and the [da|du]^T loads too
+                # (2-way at pitch 2D + 4 before). h_hist's bits go in as they are (a_rounded:
+                # no cvt.rna), so the tensor cores truncate it (see the class docstring)
+                _mma_smem(tiled, thr, acc_dw, _k_pairs_view(sHistT), _k_pairs_view(sAUt), True,
+                          a_rounded=True, b_rounded=True)
+            else:
+                _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
+
+            if const_expr(self.tf32):
+                self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sHk, sDoutK,
+                                    acc_wc[kc], mDH, b0, n_samples, col0)
+            else:
+                self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, acc_wc[kc], mDH, b0, n_samples, col0)
+            # dw[chunk] += ctx @ dout[:, chunk]
+            if tid < CHUNK:
+                w_sum = Float32(0.0)
+                for b in cutlass.range_constexpr(Bt):
+                    w_sum = w_sum + sCtx[b] * sDoutK[b, tid]
+                acc_w[kc] = acc_w[kc] + w_sum
+            cute.arch.barrier()
+            if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
+                if const_expr(self.rows_resident):  # and its h, dout: the next tile's join its group
+                    self.copy_rows_async(mH, next_b0, next_samples, col0,
+                                         cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+                    self.copy_rows_async(mDout, next_b0, next_samples, col0,
+                                         cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
+                self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
+                                     self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
+
     @cute.kernel
     def kernel(self, mDout: cute.Tensor, mHist: cute.Tensor, mH: cute.Tensor, mWA: cute.Tensor,
                mWB: cute.Tensor, mWC: cute.Tensor, mw: cute.Tensor, mP: cute.Tensor,
@@ -394,6 +643,8 @@ class FusedBackward(_TileCopies):
         tid, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         smem = cutlass.memory.SmemAllocator()
+        # the buffers of other configurations (the phases take them all): None here
+        sW1 = sW3 = sW3all = sWCr = sH = sDout = sHall = sDoutAll = None
         if const_expr(self.tf32):
             # a|u's wgmma operands (see _wgmma), K-major and 128B-swizzled: the h_hist tile as
             # (TILE_ROWS, CHUNK, chunks), chunk kc = [None, None, kc], and [W_A|W_B]^T of a chunk
@@ -465,6 +716,7 @@ class FusedBackward(_TileCopies):
         else:
             tiled_au = _tiled_mma(False)
             thr_au = tiled_au.get_slice(tid)
+            mma_group = tCrA = tCrB = None
         c_acc = self.c_product.accumulators()
         dctx_acc = cute.make_rmem_tensor(cute.make_layout((self.pairs,)), Float32)
         xs = cute.make_rmem_tensor(cute.make_layout((K,)), Float32)
@@ -502,13 +754,13 @@ class FusedBackward(_TileCopies):
                 self.zero_rows(sH, Bt, self.h_rows - Bt, CHUNK)
             self.zero_rows(sDC, Bt, self.dc_rows - Bt, D)
         else:
+            tiled_dh = thr_dh = tiled_wc = thr_wc = None
             for kc in cutlass.range_constexpr(n_chunks):
                 acc_wc.append(cute.make_rmem_tensor(cute.make_layout((n_wc, 4)), Float32))
                 acc_wc[kc].fill(0.0)
         dsigma = Float32(0.0)  # fp32's running sum (its register allocation is left as it was)
         if const_expr(self.tf32):
             sDsigma[tid] = dsigma
-        slice_k = CHUNK // D  # columns of dout @ w each lane of a sample's D-lane group sums
 
         for i in cutlass.range_constexpr(_slots(SH2 // 4)):  # w stays in shared memory throughout
             if tid + i * THREADS < SH2 // 4:
@@ -539,220 +791,14 @@ class FusedBackward(_TileCopies):
             next_b0 = b0 + num_ctas * Bt
             next_samples = cutlass.min(batch - next_b0, Bt)  # <= 0: this is the CTA's last tile
 
-            # ---- phase 1: a|u = h_hist @ [W_A|W_B] (h_hist tile stays), c = h @ W_C, dctx = dout @ w
-            acc = tiled_au.make_fragment_C(tiled_au.partition_shape_C((TILE_ROWS, 2 * D)))
-            acc.fill(0.0)
-            c_acc.fill(0.0)
-            dctx_acc.fill(0.0)
-            if const_expr(not self.rows_resident):
-                self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout, self.tf32)
-            for kc in cutlass.range(n_chunks, unroll=1):
-                for j in cutlass.range_constexpr(n_chunks):  # wait_group takes an immediate
-                    if kc == j:
-                        cute.arch.cp_async_wait_group(n_chunks - 1 - j)  # chunk kc has landed
-                if const_expr(self.resident):
-                    sWCk = cute.local_tile(sWCall, (CHUNK, D), (kc, 0))
-                else:
-                    sWCk = sWC
-                    if const_expr(self.tf32):
-                        self.store_weights_t(rW, sWt)
-                    else:
-                        self.store_rows(rW, sW1, CHUNK, 2 * D)
-                    self.store_rows(rWC, sWC, CHUNK, D)
-                if const_expr(self.rows_resident):  # arrived with the chunk's h_hist
-                    sHk = cute.local_tile(sHall, (Bt, CHUNK), (0, kc))
-                    sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
-                else:
-                    sHk, sDoutK = sH, sDout
-                    self.store_rows(rH, sH, Bt, CHUNK)
-                    self.store_rows(rDout, sDout, Bt, CHUNK)
-                if const_expr(self.tf32):
-                    # h_hist stays as cp.async wrote it: its two products (a|u, dW) truncate
-                    # it to TF32 rather than round it (see the class docstring, last paragraph)
-                    _wgmma.publish()  # the chunk and the stores above -> the tensor cores' (async proxy) reads
-                cute.arch.barrier()
-                if const_expr(self.tf32):
-                    # the chunk's a|u as one wgmma group, issued first: the tensor cores read
-                    # sHist and sWt while the next chunk's loads are issued and c, dctx
-                    # accumulate; waited for before the closing barrier, after which sWt is rewritten
-                    if mma_group:  # resident: the chunk's own [W_A|W_B]^T; else the one staged
-                        _wgmma.mma_group(tiled_au, acc, tCrA, tCrB, a_at=(kc,),
-                                         b_at=(kc,) if const_expr(self.resident) else ())
-                if const_expr(not self.rows_resident):
-                    if kc + 1 < n_chunks:
-                        self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
-                                         rW, rH, rWC, rDout, self.tf32)
-                if const_expr(not self.tf32):
-                    _mma_smem(tiled_au, thr_au, acc, self.hist_chunk(sHist, kc), sWt, False)
-                self.c_product.accumulate(c_acc, sHk, sWCk, tid)
-                for p in cutlass.range_constexpr(self.pairs):
-                    pair = tid + p * THREADS
-                    if pair < Bt * D:
-                        b = pair // D
-                        s = pair - b * D
-                        dc = dctx_acc[p]
-                        for k in cutlass.range_constexpr(slice_k):
-                            dc = dc + sDoutK[b, s * slice_k + k] * sWv[0, kc * CHUNK + s * slice_k + k]
-                        dctx_acc[p] = dc
-                if const_expr(self.tf32):
-                    # every warp (a no-op where nothing is in flight), as in the forward
-                    warpgroup.wait_group(0)
-                if const_expr(not self.rows_resident):
-                    # the next chunk's staging rewrites sW, sWC, sH, sDout. With h and dout
-                    # resident nothing of phase 1 is rewritten (each chunk has its own
-                    # buffers), so warps done with chunk kc go on to chunk kc + 1 while the
-                    # others finish it
-                    cute.arch.barrier()
-            self.c_product.store(c_acc, sDC, tid)
-            if const_expr(self.tf32):
-                if mma_group:
-                    _store_accumulators(thr_au, acc, sAU)
-            else:
-                _store_accumulators(thr_au, acc, sAU)
-            cute.arch.barrier()
-
-            # ---- phase 2: forward scan recomputed, reverse scan; da|du overwrite a|u in place
-            if const_expr(self.tf32):
-                dsigma = sDsigma[tid]
-            for p in cutlass.range_constexpr(self.pairs):
-                pair = tid + p * THREADS
-                b = pair // D
-                s = pair - b * D
-                bs = cutlass.min(b, Bt - 1)  # lanes past the tile: c = dctx = 0, so all zero
-                x = Float32(0.0)
-                for t in cutlass.range_constexpr(K):
-                    xs[t] = x
-                    x = sigma * _sigmoid(sAU[bs * K + t, s]) * x + sAU[bs * K + t, D + s]
-                if const_expr(p == self.pairs - 1 and Bt * D % THREADS != 0):
-                    # lanes past the tile read sample Bt-1's a|u, which that sample's own lanes
-                    # (all in this last pass) overwrite with da|du below: all reads before any write
-                    cute.arch.barrier()
-                c = Float32(0.0)
-                if pair < Bt * D:  # read by the thread that overwrites it with dc below
-                    c = sDC[b, s]
-                ctx = cute.arch.warp_reduction(c * x, operator.add, threads_in_group=D) * Float32(1.0 / D)
-                dctx = cute.arch.warp_reduction(dctx_acc[p], operator.add, threads_in_group=D)
-                lam = dctx * c * Float32(1.0 / D)
-                dcs = dctx * x * Float32(1.0 / D)
-                if pair < Bt * D:
-                    for tr in cutlass.range_constexpr(K):
-                        t = K - 1 - tr
-                        # a_t is read again (not kept in K registers) before da_t overwrites it
-                        a = sAU[b * K + t, s]
-                        sig = _sigmoid(a)
-                        xt = xs[t]
-                        da = lam * xt * sigma * _sigmoid_slope(a)
-                        du = lam
-                        if const_expr(self.tf32):  # da|du feed only the tensor cores (dh_hist, dW)
-                            da = tf32_operand(da)
-                            du = tf32_operand(du)
-                        sAU[b * K + t, s] = da
-                        sAU[b * K + t, D + s] = du
-                        dsigma = dsigma + lam * xt * sig
-                        lam = lam * sigma * sig
-                    if const_expr(self.tf32):  # dc, too, feeds only the tensor cores (dh, dW_C)
-                        dcs = tf32_operand(dcs)
-                    sDC[b, s] = dcs
-                    if s == 0:
-                        sCtx[b] = ctx
-            if const_expr(self.tf32):
-                sDsigma[tid] = dsigma
-            if const_expr(self.rows_resident):
-                # h feeds only dW_C's MMA from here: rounded once for the whole tile (phase 1's
-                # c product read it as it is), so phase 3's chunks need no staging barrier
-                for kc in cutlass.range_constexpr(n_chunks):
-                    self.round_rows_in_place(cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK)
-            cute.arch.barrier()
-
-            # ---- phase 3, per SH2 chunk: dh_hist, [dW_A|dW_B], dh, dW_C, dw
-            if const_expr(not self.rows_resident):
-                self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, 0, rW, rH, rWC, rDout)
-            for kc in cutlass.range_constexpr(n_chunks):  # unrolled: the chunk's accumulators by name
-                col0 = kc * CHUNK
-                if const_expr(self.resident):
-                    sW3k = cute.local_tile(sW3all, (CHUNK, 2 * D), (kc, 0))
-                    sWCk = cute.local_tile(sWCr, (CHUNK, D), (kc, 0))
-                else:
-                    sW3k, sWCk = sW3, sWC
-                    self.store_rows(rW, sW3, CHUNK, 2 * D, self.tf32)
-                    # TF32: W_C feeds only dh's MMA in this phase
-                    if const_expr(self.tf32):
-                        self.store_rows(rWC, sWC, CHUNK, D, True)
-                    else:
-                        self.store_rows_transposed(rWC, sWCt, CHUNK, D)
-                if const_expr(self.rows_resident):  # in place since phase 2; h rounded there
-                    sHk = cute.local_tile(sHall, (self.h_rows, CHUNK), (0, kc))
-                    sDoutK = cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc))
-                else:
-                    sHk, sDoutK = sH, sDout
-                    # TF32: h feeds only dW_C's MMA in this phase
-                    self.store_rows(rH, sH, Bt, CHUNK, self.tf32)
-                    self.store_rows(rDout, sDout, Bt, CHUNK)
-                    cute.arch.barrier()
-                if const_expr(kc + 1 < n_chunks and not self.rows_resident):
-                    self.fetch_chunk(mWA, mWB, mH, mWC, mDout, b0, n_samples, (kc + 1) * CHUNK,
-                                     rW, rH, rWC, rDout)
-
-                # dh_hist[rows, chunk] = [da|du] @ [W_A|W_B][chunk]^T
-                acc_dh = tiled.make_fragment_C(tiled.partition_shape_C((TILE_ROWS, CHUNK)))
-                acc_dh.fill(0.0)
-                if const_expr(self.tf32):
-                    # K relabeled by _k_pairs_view: W's fragment pairs adjacent; sAUk holds
-                    # [da|du] in that K order (_k_order_view), so it is read as stored
-                    _mma_smem(tiled, thr, acc_dh, sAUk, _k_pairs_view(sW3k), True, a_rounded=True,
-                              b_rounded=True, b_pairs=True)
-                else:
-                    _mma_smem(tiled, thr, acc_dh, sAU, sW3, False)
-                coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
-                if const_expr(self.tf32):
-                    # m16n8k8 accumulators come in column pairs (c0, c1) = (g, 2t), (g, 2t + 1):
-                    # one 64-bit store each (the backward's largest stall in ncu was its MIO
-                    # queue while dh_hist went out element by element)
-                    for i in cutlass.range_constexpr(0, cute.size(acc_dh), 2):
-                        m, n = coord_dh[i]
-                        if m < n_samples * K:
-                            store_pair(mDHist[row0 + m, None], col0 + n, acc_dh[i], acc_dh[i + 1])
-                else:
-                    for i in cutlass.range_constexpr(cute.size(acc_dh)):
-                        m, n = coord_dh[i]
-                        if m < n_samples * K:
-                            mDHist[row0 + m, col0 + n] = acc_dh[i]
-
-                # [dW_A|dW_B][chunk] += h_hist[rows, chunk]^T @ [da|du]
-                sHistChunk = self.hist_chunk(sHist, kc)
-                sHistT = cute.make_tensor(sHistChunk.iterator, cute.select(sHistChunk.layout, mode=[1, 0]))
-                acc_dw = acc_ab[kc]
-                if const_expr(self.tf32):
-                    # K (tile rows) relabeled by _k_pairs_view in both operands: lane (g, t)
-                    # reads rows 2t, 2t + 1, whose swizzle spreads the warp's h_hist^T loads
-                    # over 32 banks (2-way conflicts at rows t) and the [da|du]^T loads too
-                    # (2-way at pitch 2D + 4 before). h_hist's bits go in as they are (a_rounded:
-                    # no cvt.rna), so the tensor cores truncate it (see the class docstring)
-                    _mma_smem(tiled, thr, acc_dw, _k_pairs_view(sHistT), _k_pairs_view(sAUt), True,
-                              a_rounded=True, b_rounded=True)
-                else:
-                    _mma_smem(tiled, thr, acc_dw, sHistT, sAUt, False)
-
-                if const_expr(self.tf32):
-                    self.dh_and_dwc_mma(tid, tiled_dh, thr_dh, tiled_wc, thr_wc, sDC, sWCk, sHk, sDoutK,
-                                        acc_wc[kc], mDH, b0, n_samples, col0)
-                else:
-                    self.dh_and_dwc_ffma(tid, sDC, sWCt, sH, sDout, acc_wc[kc], mDH, b0, n_samples, col0)
-                # dw[chunk] += ctx @ dout[:, chunk]
-                if tid < CHUNK:
-                    w_sum = Float32(0.0)
-                    for b in cutlass.range_constexpr(Bt):
-                        w_sum = w_sum + sCtx[b] * sDoutK[b, tid]
-                    acc_w[kc] = acc_w[kc] + w_sum
-                cute.arch.barrier()
-                if next_samples > 0:  # every warp is past this chunk's dW product: its h_hist is free
-                    if const_expr(self.rows_resident):  # and its h, dout: the next tile's join its group
-                        self.copy_rows_async(mH, next_b0, next_samples, col0,
-                                             cute.local_tile(sHall, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
-                        self.copy_rows_async(mDout, next_b0, next_samples, col0,
-                                             cute.local_tile(sDoutAll, (Bt, CHUNK), (0, kc)), Bt, CHUNK, False)
-                    self.copy_rows_async(mHist, next_b0 * K, next_samples * K, col0,
-                                         self.hist_chunk(sHist, kc), TILE_ROWS, CHUNK)
+            self.forward_products(tid, b0, n_samples, mWA, mWB, mWC, mH, mDout, sHist, sWt, sW1, sWC, sWCall, sH,
+                                  sDout, sHall, sDoutAll, sWv, sDC, sAU, rW, rH, rWC, rDout, tiled_au, thr_au,
+                                  mma_group, tCrA, tCrB, c_acc, dctx_acc)
+            dsigma = self.scans(tid, sigma, dsigma, sAU, sDC, sCtx, sDsigma, sHall, xs, dctx_acc)
+            self.gradient_products(tid, b0, n_samples, row0, next_b0, next_samples, mWA, mWB, mWC, mH, mDout, mHist,
+                                   mDHist, mDH, sHist, sW3, sW3all, sWC, sWCr, sWCt, sH, sDout, sHall, sDoutAll,
+                                   sAUk, sAU, sAUt, sDC, sCtx, rW, rH, rWC, rDout, tiled, thr, tiled_dh, thr_dh,
+                                   tiled_wc, thr_wc, acc_ab, acc_wc, acc_w)
 
         # Every read of the inputs is done: column_sum, launched as this kernel's programmatic
         # dependent, may start its launch now (its CTAs wait for this grid's end to read).
