@@ -2,7 +2,8 @@
 
 Two implementations, picked by `impl`:
 
-"fused"  One kernel per direction, each reading h_hist from global memory exactly once.
+"fused"  One kernel per direction (fused_forward.FusedForward, fused_backward.FusedBackward),
+         each reading h_hist from global memory exactly once.
          A CTA owns a tile of TILE_ROWS = 64 consecutive rows of h_hist viewed as [B*K, SH2],
          i.e. Bt = 64 // K whole samples, so the K-step window of every sample it scans lies
          in that CTA. Both kernels are persistent (tiles cta, cta + grid, ...).
@@ -32,11 +33,12 @@ Two implementations, picked by `impl`:
          TF32, where they fit beside the tile (the defaults; FusedBackward.resident): W_A|W_B
          and W_C staged in shared memory once a CTA, in every layout the products read,
          instead of once a chunk and phase.
-"seed"   The trainer's plan, kernel by kernel: foxcute.kernels.gemm GEMMs for a|u and c, a
-         batch-parallel scan (one thread per (sample, state)) giving ctx, a readout kernel;
-         backward: a reverse-scan kernel giving [da|du], dc, ctx and dsigma partials, then
-         GEMMs for [dW_A|dW_B] = h_hist^T [da|du], dW_C = h^T dc, dw = dout^T ctx (split over
-         the batch, partials summed by `column_sum`), dh_hist = [da|du] [W_A|W_B]^T and
+"seed"   The trainer's plan, kernel by kernel (seed.py; launched by _seed_forward and
+         _seed_backward here): foxcute.kernels.gemm GEMMs for a|u and c, a batch-parallel
+         scan (one thread per (sample, state)) giving ctx, a readout kernel; backward: a
+         reverse-scan kernel giving [da|du], dc, ctx and dsigma partials, then GEMMs for
+         [dW_A|dW_B] = h_hist^T [da|du], dW_C = h^T dc, dw = dout^T ctx (split over the
+         batch, partials summed by `column_sum`), dh_hist = [da|du] [W_A|W_B]^T and
          dh = dout + dc W_C^T. Independent launches run in two lanes (a second stream, a
          parallel branch in a CUDA graph): c beside the projection; the input gradients
          (dh, dh_hist) beside the batch reductions (dW_C and dw, dsigma, dW_A|dW_B).
@@ -54,13 +56,22 @@ shared. The scans, c, dctx and every reduction are float32 FFMA in both modes.
 
 Registers (ptxas 13.0 for sm_90a, on the CPU): at the defaults nothing spills except the fp32
 backward (~40 bytes, per-tile bookkeeping outside the chunk loops). The backward's weight
-gradients held in registers for the whole launch (255 a thread at one CTA an SM) spill
-~0.4-1.3 KB at SH2 = 512, D = 32 (the RMW of a partials row each tile, at two CTAs an SM,
-spilled none there); those sizes are correct (GPU tests), not tuned. Over the supported range
-(K in {1, 3, 8, 16}, D in {8, 16, 32}, SH2 in {64, 256, 512}, both kernels and precisions:
-144 configurations) ptxas spills in 30, 26 of them the backward; the most at K = 1, D = 32,
-where a thread carries 8 (sample, state) pairs through the scans (~0.8 KB even at 255
-registers). Those sizes are tested for correctness, not tuned.
+gradients, held in registers for the whole launch (255 a thread at one CTA an SM), spill
+~0.4-1.3 KB at SH2 = 512, D = 32; over the supported range the most spills are at K = 1,
+D = 32, where a thread carries 8 (sample, state) pairs through the scans. Those sizes are
+tested for correctness (GPU tests), not tuned.
+
+Files: _tiles.py holds the CTA geometry (THREADS, TILE_ROWS, CHUNK, the shared memory of an
+SM) and the tile machinery both fused kernels trace (tiled MMAs, shared-memory layouts,
+_mma_smem, the c product, row copies); _sigmoid.py the scans' gate; this module the sizes
+taken (check_sizes) and the host side: compiling (one executor per kind, sizes and
+precision) and launching.
+
+Measured (H200, graph-replayed at the defaults B = 8192, K = 8, SH2 = 256, D = 16, TF32; run
+20261203T162501Z: papermill_runs/20261203T162501Z_nvidia-h200_726b8c4c/summary.md): forward
+fused 29.3 us (1.46x its floor), seed 40.1 (2x); backward fused 81.7 us (2.04x), seed 116
+(2.89x).
+History: docs/notes/mamba2-forward.md, docs/notes/mamba2-backward.md, docs/notes/mamba2-seed.md.
 """
 
 from __future__ import annotations
@@ -256,12 +267,10 @@ def _seed_backward(dout: Any, h_hist: Any, h: Any, W_A: Any, W_B: Any, W_C: Any,
     dW_A|dW_B) on the current stream, the input gradients (dh, then dh_hist) on a side lane.
     The two that move h_hist's size ([B*K, SH2]: dW_A|dW_B reads it, dh_hist writes it) each
     keep DRAM well short of its ceiling alone, so they run together, after the short
-    launches, which run together first. Measured on the H200 (GPU check script, not
-    committed; graph-replayed): alone, dW_A|dW_B 35.0 us and dh_hist 33.8 (~1.9x their
-    floors); the gradient launches together: all on one stream 100.2 us; this
-    order 81.7; the long ones first in each lane 98.2 (the short ones then run alone at the
-    end); [dW_C+dw, dsigma, dh] beside [dW_A|dW_B, dh_hist] 105.9; three lanes 100.4. The
-    whole seed backward: 138.8 us on one stream, 117 in run 20261201T224219Z (2.92x)."""
+    launches, which run together first (the order that measured fastest of those tried). The
+    seed backward: 116 us graph-replayed at the defaults, 2.89x its floor (run
+    20261203T162501Z: papermill_runs/20261203T162501Z_nvidia-h200_726b8c4c/summary.md).
+    History: docs/notes/mamba2-seed.md."""
     from .. import gemm
     from ..column_sum import column_sum
 

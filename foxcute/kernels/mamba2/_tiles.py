@@ -148,8 +148,8 @@ class _StateProduct:
     W_C's row pitch (`w_pitch`): a 128-bit ld.shared is served a quarter-warp (8 lanes) at a
     time, and a quarter-warp's lanes read `split` consecutive rows k, 8 / split float4 of
     each (lane bits: k % split below the group). At pitch D those rows' windows overlap in
-    banks (D = 16, split 4: rows k, k + 2, 2 wavefronts a quarter-warp instead of 1: 3/4 of
-    the forward's excess wavefronts in ncu). A pitch of W mod 2W words, W = the words a
+    banks (D = 16, split 4: rows k, k + 2, 2 wavefronts a quarter-warp instead of 1; see
+    docs/notes/mamba2-forward.md, 2026-11-29). A pitch of W mod 2W words, W = the words a
     quarter-warp reads of one row, puts the split windows side by side in the 32 banks:
     D = 16, split 4: pitch 24; D = 32: 40 (split 4), 48 (split 2); D = 8 or split 1: D."""
 
@@ -323,8 +323,8 @@ class _TileCopies:
         this thread stages for TF32's a|u: a warp takes 16 rows x 2 float4 (whole 32-byte
         sectors of W), so that its scalar stores down the swizzled [W_A|W_B]^T (column r,
         row 4q + e) hit 32 distinct banks; thread_vectors' 4 rows x 8 float4 would be 4-way
-        conflicts (bank model: a warp's word addresses; the forward's staging at the CTA's start was
-        ~15% of its excess wavefronts in ncu). CHUNK * 2D / 4 = 32 D vectors: whole slots."""
+        conflicts (bank model: a warp's word addresses; docs/notes/mamba2-forward.md,
+        2026-11-29). CHUNK * 2D / 4 = 32 D vectors: whole slots."""
         tid, _, _ = cute.arch.thread_idx()
         for i in range(CHUNK * 2 * self.D // 4 // THREADS):
             v = tid + i * THREADS

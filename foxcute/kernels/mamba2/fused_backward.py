@@ -31,134 +31,52 @@ def _num_weights(SH2: int, D: int) -> int:
 
 
 class FusedBackward(_TileCopies):
-    """All seven gradients; weight gradients as per-CTA partials (see module docstring).
+    """All seven gradients; the weight gradients as per-CTA partials that column_sum adds up.
+
+    Persistent, one CTA an SM (up to 255 registers a thread): each CTA walks tiles cta, cta +
+    num_ctas, ..., and sums its weight gradients over all its tiles, in tile order, in
+    registers ([dW_A|dW_B], dW_C and dw per chunk; fp32's dsigma too, TF32 keeps that one in
+    shared memory); it writes them once, to its own row of the partials, and after its tile
+    loop triggers its column_sum, launched as this kernel's programmatic dependent (PDL). No
+    float atomics: bit-identical runs.
+    A tile (TILE_ROWS h_hist rows, Bt whole samples) goes through three phases (kernel):
+    1. forward_products: a|u = h_hist @ [W_A|W_B], c = h @ W_C, dctx = dout @ w, chunk by
+       chunk as the tile's cp.async groups land (one group a CHUNK of h_hist, 16-byte copies
+       straight into shared memory, no registers held; the whole tile stays for phase 3);
+    2. scans: per (sample, state) pair the forward scan recomputed in registers, then the
+       reverse scan writes da|du over a|u and dc over c;
+    3. gradient_products, per chunk (unrolled: each chunk's accumulators are registers of their
+       own): dh_hist = [da|du] @ [W_A|W_B]^T, [dW_A|dW_B] += h_hist^T [da|du], dh = dout +
+       dc @ W_C^T and dW_C += h^T dc (TF32: mma.sync on one CTA half each, dh_and_dwc_mma;
+       fp32: FFMA), dw += ctx^T dout; then the chunk's h_hist (and h, dout) of the CTA's next
+       tile by cp.async into the buffers it frees, so the next tile does not start by waiting.
 
     TF32 a|u recompute: the last warpgroup issues 8 m64n(2D)k8 wgmmas per chunk, A = the
-    h_hist chunk as cp.async left it (128B-swizzled), B = [W_A|W_B]^T stored
-    transposed and rounded; dW = h_hist^T [da|du] stays mma.sync (h_hist^T is MN-major, which
-    TF32 wgmma does not take) and reads the swizzled tile with its K (tile rows) relabeled by
-    _k_pairs_view, so that a warp's loads hit 32 distinct banks.
-    Shared-memory wavefronts per 64-row tile at the defaults (8 warps, 4 chunks; counted from
-    the code and a bank model of the warps' word addresses), mma.sync version -> this one:
-    a|u 2048 (per warp and chunk 32 scalar W^T loads + 16 64-bit h_hist pair loads of 2) -> 0
-    (the tensor cores read 24 KB a chunk themselves, 64 KB through the LSU before); its W
-    staging 64 a chunk either way (2 float4 stores a thread -> 8 conflict-free scalar stores
-    of the transpose); dW 3072 (per warp and chunk 32 A loads of 1 + 32 B loads of 2: [da|du]^T
-    at rows t, pitch 2D + 4, 2-way) -> 2048 (both 1); dh_hist 1536 unchanged. Products 6656 ->
-    3584 of ~11.8k in all (the c product, dh, dW_C, staging, in-place rounding ~5.1k): ~20% of
-    the kernel's shared-memory traffic; the products' ld.shared a thread and chunk 144 -> 96.
-    Expected (shared-memory bound at 83.5% L1 throughput): 147 -> ~120-135 us graph-replayed.
-    Then bank conflicts (the bank model of FusedForward's docstring), wavefronts a warp
-    instruction before -> after, instructions a tile: the c product's 128-bit W_C loads 8 -> 4
-    (256; W_C pitch D -> _StateProduct.w_pitch = 24 where 2 CTAs an SM still fit with it),
-    W_C staging 4 -> 8 (32, +128): ~-900 of ~11k a tile, expected ~2-4%. Measured (H200):
-    147 us (run 20261129T190653Z) -> 131 us (run 20261129T204705Z, both changes; 3.31x the
-    floor, target 1.5x); the wgmma change gained about half of its prediction, the layouts
-    about what theirs said (GPU check scripts, not committed). Left: the scans' a|u reads and
-    da|du stores (2-way, 160 a tile), W_C^T staging (2-way, 128; a 16-rows x 2-float4 W_C
-    staging mapping, conflict-free in both phases, cost 8 bytes of spills at 128 registers).
-    dctx's dout and w loads are already 128-bit (LLVM
-    merges the 4 scalar reads), conflict-free.
-    dh_hist on wgmma too (a swizzled K-major copy of da|du as A, the W chunk swizzled as B)
-    was built and measured on the H200 (GPU check script, not committed): dh_hist bit-identical
-    to this mma.sync version at six sizes, but the backward slower at the defaults (not
-    analysed further; the da|du copy and its barriers are the likely cost); not kept.
-    Source-level ncu (per-SASS-instruction stall samples) then showed the MIO queue the
-    largest stall (a quarter of the samples) and half of them in the per-chunk loop of phase
-    3, where dh_hist went out as 16 scalar STG a thread and chunk (the compiler did not merge
-    the accumulator pairs (g, 2t), (g, 2t + 1)). Stored as 8 64-bit pairs, with the staged
-    TF32 operands rounded by gemm.tf32_operand (one instruction less an element, products
-    bit-identical): predicted -2..4 us from the instruction counts; measured 133 -> 115 us
-    (runs 20261129T223000Z -> 20261129T235914Z; 2.93x the floor). The stores were dearer
-    than their instruction count: each scalar STG wrote every other word of its sectors.
-    Both runs compare the whole kernel, the fast sigmoids (see _sigmoid) included.
-    Then dh = dout + dc W_C^T and dW_C += h^T dc, the per-chunk FFMA products (a large share
-    of the chunk loop's stall samples in an ncu source profile; dh in half of the threads,
-    2D + 1 shared loads and 4D FFMAs per 4 outputs), moved to mma.sync, dh on the first CTA
-    half and dW_C on the other (dh_and_dwc_mma; h, W_C and dc rounded where staged, dc at
-    pitch D + 4 for conflict-free A reads): per warp and chunk ~100 instructions -> ~45, and
-    ~340 -> ~210 shared wavefronts a CTA; predicted -4..10 us. Measured 115 -> 110 us
-    graph-replayed (runs 20261130T000948Z -> 20261130T011856Z; 2.78x the floor), the kernel
-    105.7 -> 98.0 us in the step breakdown. dh and dW_C are now TF32 products (they moved by
-    TF32 rounding, within the tolerance at the defaults and 12 odd sizes), every other output
-    bit-identical (GPU check script). ptxas spills over the supported range fell from 11 to 7
-    of the 36 TF32 configurations (sWCt is gone).
-    dW on one warpgroup's wgmma, A = h_hist^T in registers (RS: an H200 probe confirmed the
-    fragment layout), B = a K-major swizzled [da|du]^T written by the scan, dh and dW_C on
-    the other half (branch wip/m2-dw-wgmma-rs): predicted -3..8 us from the shared loads it
-    saves (64 a thread and chunk on 8 warps -> 32 on 4); bit-identical outputs, but slower
-    in the GPU check, and its 9 KB more shared memory no longer fit K = 1, SH2 = 512, D = 32.
-    Not kept. Not analysed (the device time was spent); a likely cause is the chunk's
-    critical path: the dW half's fragment loads and two waited wgmma groups (its 32 A
-    registers at once made ptxas spill) against the other half's three products.
-    Then what the 98 us kernel spends its time on (H200, session 13, GPU check scripts, not
-    committed; graph-replayed kernel alone, one stage left out at a time, results wrong): no
-    per-chunk weight loads -6.2 us, nor their shared stores -7.2, no in-place rounding of
-    h_hist -3.5, no dh_hist product -3.3, no dW product -3.3; the same kernel at one CTA an
-    SM +11.5, and at one CTA with no weight staging +1.1. ncu (--set full, clocks free): L1
-    throughput 81.8%, 3.8 warps a scheduler, 0.53 eligible, issue 30% busy; stalls long
-    scoreboard 21% (the largest single one: dW's add of the partials' old values, loaded
-    from L2 just before), MIO 18%, barrier 15%. So no one stage binds; the RMW of the
-    partials row and the per-chunk weight loads are latencies that the second CTA hides.
-    Loading the old partials before dh_hist instead (more time to arrive) and issuing phase
-    3's first chunk during phase 2: no change (98.8, 99.5 us against 98.7).
-    Hence one CTA an SM, with its weight gradients in registers for the whole launch (no
-    per-tile RMW of the 50 KB partials row, half the partial rows for column_sum) and, in
-    TF32 where they fit, the weights resident (`resident`: 4 * SH2 * (2D + w_pitch3 + 2
-    wc_pitch) bytes more, staged once a CTA by stage_weights, all loads in flight at once).
-    Measured, the whole backward (kernel + column_sum, graph-replayed, same H200 call):
-    two CTAs, RMW (before) 109.6-110.0 us; one CTA, partials in registers 111.9-112.4;
-    both and resident weights 105.0-105.1 (-4%; outputs bit-identical to the one-CTA
-    version, within the tolerances at 7 sizes). Predicted from the variants: ~-10 kernel
-    us; about half of it came. (That check ran dh with W_C rounded at its fragment loads;
-    this version keeps a rounded copy, sWCr, the same bits without cvt.rna in the loop.)
-    Papermill run 20261202T004230Z (the version before h and dout resident): the backward
-    104 us graph-replayed (2.61x its floor; 109 in run 20261201T224219Z), in the step
-    breakdown FusedBackward 94.3 us (97.2) and its column_sum 6.8 (8.8).
-    Then, where that still fits beside them (`rows_resident`: the defaults, 224 KB of the
-    SM's 226), the tile's whole h and dout in shared memory too, brought by cp.async in each
-    h_hist chunk's group (the next tile's as phase 3 frees each chunk), so that no chunk of
-    either phase waits on a global load through registers; phase 3 rounds h into its chunk
-    buffer from there. No trusted prediction (the per-chunk h/dout loads are ~4 KB a chunk;
-    what their latency cost at one CTA an SM was the open question). Measured, the whole
-    backward (GPU check script, not committed; graph-replayed, same H200 call): 104.8-105.3
-    us before, 90.7-90.8 with h and dout resident, 103.7-104.0 with the gate forced off
-    (outputs bit-identical run to run, errors equal to before's at 7 sizes, tf32 and fp32).
-    Papermill run 20261202T013119Z (that version): the backward 90.7 us (2.3x its floor), in
-    the step breakdown FusedBackward 82.3 us.
-    Then, with h and dout resident, phase 1 has nothing rewritten between chunks (each has
-    its own buffers, rounded in place by the threads that copied them), so its closing
-    barrier a chunk goes, and h is rounded once a tile in place, in phase 2 (phase 1's c
-    product read it as it is), so phase 3's staging barrier a chunk goes too (8 of ~18
-    barriers a tile; predicted ~-3 us), and with it the h and dout chunk buffers (220 KB at
-    the defaults). Measured (same H200 call, whole backward graph-replayed): 90.4-90.7 ->
-    89.0 us; tests/test_gpu_mamba2.py -k fused passed; compute-sanitizer memcheck and
-    racecheck clean at two multi-tile sizes (more tiles than CTAs).
-    Measured and not kept (branch wip/coop-finish, GPU check scripts): the column_sum launch
-    replaced by a finish in this kernel, its persistent CTAs meeting at one counter
-    (cooperative launch) and each summing a slice of the columns over the partial rows in
-    CTA order. Predicted ~-4..5 us (the column_sum is 6.9 us in the step breakdown); the
-    backward alone 89.5-89.8 -> 85.4-85.7 us, but the two-lane step 255 -> 276 us: the
-    cooperative launch waits until all its CTAs fit, which they do only once the main lane's
-    kernels have left the SMs. Without it, the wait could deadlock against
-    KMajorWeightGrad's (both partly resident, each waiting for its own missing CTAs).
-    Then the column_sum launched as this kernel's programmatic dependent (PDL; the trigger
-    after the tile loop, column_sum.ColumnSum's wait before its loads), which needs no
-    co-residency: predicted -1..2 us. Measured (H200, one session): foxcute.compare, the
-    backward graph-replayed, 89.26 / 89.36 -> 88.69 / 88.60 us (bit-identical outputs);
-    the two-lane step (A/B script, 3 rounds) 254.6-255.6 -> 254.7-255.8 us, unchanged;
-    papermill run 20261202T211504Z: the backward 88.7 us (2.24x its floor).
-    Then h_hist no longer rounded to nearest TF32 in place: its products (a|u recomputed, dW)
-    read it as cp.async wrote it and the tensor cores truncate it, a relative error of up to
-    2^-10 an element, biased toward zero (rounding: up to 2^-11, unbiased). The in-place pass
-    (a load, 4 roundings and a store per float4, 64 KB a tile at the defaults) was 3.5 us of the 98 us kernel
-    in the leave-one-out above; predicted here -2..3.5 us, and the dW and recomputed-gate
-    errors up by about 2^-11 relative (~5e-4), within the 2e-3 tolerance. Measured (H200,
-    foxcute.compare, the backward graph-replayed, same call, 2 rounds): 87.8 / 87.6 -> 82.2 /
-    82.3 us, the largest relative error 4.4e-4 -> 8.0e-4 (repeatable); papermill run
-    20261203T162501Z: 81.7 us, 2.04x its floor. The gain beat the prediction: the 3.5 us came
-    from the two-CTA kernel, where the second CTA hid part of the pass; at one CTA an SM it
-    sat between each chunk's wait and its barrier (likely, not analysed).
+    h_hist chunk as cp.async left it (128B-swizzled), B = [W_A|W_B]^T stored transposed and
+    rounded; dW = h_hist^T [da|du] stays mma.sync (h_hist^T is MN-major, which TF32 wgmma does
+    not take) and reads the swizzled tile with its K (tile rows) relabeled by _k_pairs_view, so
+    that a warp's loads hit 32 distinct banks. dh_hist goes out as 64-bit pairs (store_pair).
+    h_hist is not rounded to TF32: its two products (a|u, dW) read it as cp.async wrote it and
+    the tensor cores truncate it, a relative error of up to 2^-10 an element, biased toward
+    zero (rounding: up to 2^-11, unbiased); every other TF32 operand is rounded to nearest
+    where it is staged (gemm.tf32_operand).
+
+    Where they fit beside the tile (TF32 only; the defaults): the weights resident (`resident`:
+    [W_A|W_B]^T as a|u's wgmma B, [W_A|W_B] at dh_hist's pitch, W_C for the c product and a
+    rounded copy for dh, 4 * SH2 * (2D + w_pitch3 + 2 wc_pitch) bytes more, staged once a CTA
+    by stage_weights, all loads in flight at once), and, where that still fits, the tile's
+    whole h and dout too (`rows_resident`), brought by cp.async in each h_hist chunk's group,
+    h rounded in place once a tile in phase 2; then nothing of phase 1 is rewritten between
+    chunks and phase 3 needs no staging barrier (220 KB of the SM's 226 at the defaults).
+    Elsewhere the weights, h and dout are staged a chunk at a time through registers, with a
+    barrier a chunk. Shared-memory bank conflicts left (a bank model of a warp's word
+    addresses): the scans' a|u reads and da|du stores (2-way, 160 a tile), W_C^T staging
+    (2-way, 128).
+
+    Measured: the backward (this kernel and its column_sum) 81.7 us graph-replayed at the
+    defaults, 2.04x its floor; FusedBackward 74.5 us in the step breakdown (run
+    20261203T162501Z: papermill_runs/20261203T162501Z_nvidia-h200_726b8c4c/summary.md).
+    History: docs/notes/mamba2-backward.md.
     """
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
@@ -169,7 +87,7 @@ class FusedBackward(_TileCopies):
         self.c_product = _StateProduct(self.samples, D)
         self.L = _num_weights(SH2, D)
         self.width = _partial_width(SH2, D)
-        self.au_pitch = 2 * D + 4  # as before: dh_hist's A reads (g, t) at g * pitch + t, conflict-free
+        self.au_pitch = 2 * D + 4  # dh_hist's A reads (g, t) at g * pitch + t, conflict-free
         # TF32 runs dh and dW_C on the tensor cores (dh_and_dwc_mma): h and dc take rows past
         # the tile's samples, kept zero, up to whole MMA tiles (dW_C's K = samples: 8; dh's
         # M = samples: 16), and dc a row pitch at which dh's A reads (g, t) are conflict-free
@@ -183,7 +101,7 @@ class FusedBackward(_TileCopies):
         # sW holds W_A|W_B twice a tile: phase 1 for a|u (TF32: [W_A|W_B]^T, wgmma's B operand,
         # K-major and 128B-swizzled; fp32: K = rows), phase 3 with K = columns through
         # _k_pairs_view (dh_hist's B operand, 64-bit pairs)
-        self.w_pitch3 = _pair_pitch(2 * D, True)  # 8 mod 16, what fp32 used already
+        self.w_pitch3 = _pair_pitch(2 * D, True)  # 8 mod 16, in fp32 too
         if not self.tf32:  # TF32's h_hist tile is wgmma's A operand: 128B-swizzled, no pitch
             self.hist_pitch = _pair_pitch(SH2, False)
             self.w_pitch1 = _w_pitch(D)
@@ -425,7 +343,7 @@ class FusedBackward(_TileCopies):
                 self.store_rows(rDout, sDout, Bt, CHUNK)
             if const_expr(self.tf32):
                 # h_hist stays as cp.async wrote it: its two products (a|u, dW) truncate
-                # it to TF32 rather than round it (see the class docstring, last paragraph)
+                # it to TF32 rather than round it (see the class docstring)
                 _wgmma.publish()  # the chunk and the stores above -> the tensor cores' (async proxy) reads
             cute.arch.barrier()
             if const_expr(self.tf32):
@@ -586,8 +504,8 @@ class FusedBackward(_TileCopies):
             coord_dh = thr.partition_C(cute.make_identity_tensor((TILE_ROWS, CHUNK)))
             if const_expr(self.tf32):
                 # m16n8k8 accumulators come in column pairs (c0, c1) = (g, 2t), (g, 2t + 1):
-                # one 64-bit store each (the backward's largest stall in ncu was its MIO
-                # queue while dh_hist went out element by element)
+                # one 64-bit store each (element by element, these stores were the largest
+                # stall of the kernel: docs/notes/mamba2-backward.md)
                 for i in cutlass.range_constexpr(0, cute.size(acc_dh), 2):
                     m, n = coord_dh[i]
                     if m < n_samples * K:
@@ -692,8 +610,8 @@ class FusedBackward(_TileCopies):
         sDC = smem.allocate_tensor(Float32, cute.make_layout((self.dc_rows, D), stride=(self.dc_pitch, 1)), 16)
         sCtx = smem.allocate_tensor(Float32, cute.make_layout((Bt,)), 16)
         sRed = smem.allocate_tensor(Float32, cute.make_layout((THREADS // 32,)), 16)
-        # TF32: each thread's running dsigma sum, touched once a tile: as a register it was the
-        # one value ptxas spilled at the 128-register cap (to local memory, slower than this)
+        # TF32: each thread's running dsigma sum, touched once a tile (why not a register:
+        # docs/notes/mamba2-backward.md, 2026-11-29)
         sDsigma = smem.allocate_tensor(Float32, cute.make_layout((THREADS,)), 16) if const_expr(self.tf32) else None
         # [da|du]^T (2D, TILE_ROWS) for dW
         sAUt = cute.make_tensor(sAU.iterator, cute.select(sAU.layout, mode=[1, 0]))

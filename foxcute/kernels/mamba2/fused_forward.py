@@ -19,53 +19,28 @@ from ._tiles import (CHUNK, SMEM_PER_SM, THREADS, TILE_ROWS, _mma_smem, _pair_pi
 class FusedForward(_TileCopies):
     """out = h + ctx * w, with a|u, c, the scan and ctx computed per 64-row tile.
 
-    Persistent: each CTA walks tiles cta, cta + num_ctas, ... Where two CTAs' shared memory
-    allows (the defaults), W_A|W_B and W_C are loaded into shared memory once per CTA instead
-    of once per tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads).
+    Persistent, two CTAs an SM (<= 128 registers a thread): each CTA walks tiles cta, cta +
+    num_ctas, ... and SH2 in CHUNK-column steps. Where two CTAs' shared memory allows (the
+    defaults), W_A|W_B and W_C are loaded into shared memory once per CTA instead of once per
+    tile (per tile they would cost 3/4 of the h_hist tile's traffic in L2 reads). The next
+    chunk is the only one in flight: its h_hist and h rows (and, unless resident, its weights)
+    are held in registers (16 a thread at the defaults), issued right after the stores that
+    free them, so they fly through the chunk's barrier and products; a tile's last chunk
+    fetches the next tile's first, in flight through the scan and the output stores.
 
     TF32 a|u: the last warpgroup issues 8 m64n(2D)k8 wgmmas per chunk (A = the h_hist chunk,
-    B = [W_A|W_B]^T, both K-major and 128B-swizzled, rounded as they are stored): the
-    mma.sync version's fragment loads, 48 ld.shared per thread and chunk at the defaults and
-    2/3 of the kernel's shared-memory instructions, were what bound it (ncu: the L1/shared
-    pipe the busiest unit, short-scoreboard waits the largest stall).
+    B = [W_A|W_B]^T, both K-major and 128B-swizzled, rounded as they are stored): no fragment
+    loads through the LSU, whose shared-memory pipe bounds this kernel. c = h @ W_C is FFMA
+    (_StateProduct, W_C at its conflict-free pitch where that stays resident), then one
+    thread per (sample, state) pair scans from the a|u tile in shared memory.
 
-    Bank conflicts (ncu at the defaults, TF32: 1,382,400 of 4,412,416 shared wavefronts were
-    excess; a bank model of every shared access, a warp's word addresses per instruction,
-    reproduces that count exactly), wavefronts a warp instruction before -> after,
-    instructions a tile: the c product's 128-bit W_C loads 8 -> 4 (256; W_C pitch D ->
-    _StateProduct.w_pitch = 24 where the weights stay resident with it), the W^T staging's
-    scalar stores at a CTA's start 4 -> 1 (256 a CTA; wt_vectors' mapping); left: a|u
-    accumulator stores and the scan's a|u reads at pitch 2D + 4, 2 each (64 + 64), W_C
-    staging 4 -> 8 (32 a CTA). Excess 1.38M -> 0.16M: 28% of all wavefronts gone.
-    Measured (H200): 40.0 us (run 20261129T190653Z, mma.sync a|u) -> 32.3 us (run
-    20261129T204705Z, wgmma a|u and these layouts; 1.64x the floor, target 1.5x). Each of
-    the two changes gained about half of what its count predicted (GPU check scripts, not
-    committed): the shared-memory pipe is not the only limit.
-    Then the scans' reciprocals by rcp.approx (_reciprocal_1_to_2) and the staged TF32
-    operands by gemm.tf32_operand: 32.6 -> 30.3 us (runs 20261129T223000Z ->
-    20261129T235914Z; 1.54x the floor). What is left (source-level ncu, per-SASS-instruction
-    stall samples): the warps wait on the h_hist loads (long scoreboard, a quarter of the
-    samples) and at each chunk's closing barrier (another quarter). The next chunk is the only
-    one in flight: it is held in registers (16 a thread), and at 128 registers (2 CTAs an SM)
-    there is no room for a second; going deeper means cp.async or TMA into more shared-memory
-    stages, rounded in place as the backward does. What was done instead: the next chunk's
-    loads issued before the chunk's barrier, so that they fly through its wait too (predicted
-    -0.5..1.5 us, bit-identical): 30.3 -> 29.4 us (run 20261130T000948Z; 1.49x the floor). The
-    c product split 8 ways instead of 4 (all 256 threads in it at the defaults, against the
-    barrier waits) measured no faster on top of that (GPU check script, not committed; it
-    had been predicted -0.3..1 us): the closing barrier's waits are not the c product's
-    imbalance. Not kept.
-    Tried since, measured graph-replayed at the defaults against this version in the same
-    H200 call (GPU check scripts, not committed), neither kept:
-    - a cp.async ring at one CTA an SM (5 stages: a whole tile, 74 KB, in flight; one barrier
-      a chunk), predicted 23-26 us from the 80 KB an SM streams a tile and a ~1.7 us chain
-      counted from the code: 29.95 -> 39.97 us (correct: tests/test_gpu_mamba2.py -k fused
-      passed). The chain was the miss: one CTA walks each tile's chunks, scan and output in
-      series, ~5.2 us a tile, which an SM's second CTA hides here;
-    - at two CTAs an SM, the h_hist and h chunks alternating between two buffers, so that
-      each chunk's closing barrier goes: 29.5 -> 31.5 us, outputs bit-identical at 9 sizes
-      (tf32, fp32, saturated gates, sigma = 0). Not analysed; the closing barrier keeps the
-      last warpgroup's wgmma wait and the other warps' next loads in step."""
+    Shared-memory bank conflicts left at the defaults (a bank model of a warp's word
+    addresses): a|u's accumulator stores and the scan's a|u reads at pitch 2D + 4, 2-way each,
+    and W_C's staging at a CTA's start.
+
+    Measured: 29.3 us graph-replayed at the defaults, 1.46x its floor (run 20261203T162501Z:
+    papermill_runs/20261203T162501Z_nvidia-h200_726b8c4c/summary.md).
+    History: docs/notes/mamba2-forward.md."""
 
     def __init__(self, K: int, SH2: int, D: int, precision: str):
         self.K, self.SH2, self.D = K, SH2, D
@@ -111,7 +86,7 @@ class FusedForward(_TileCopies):
         mOut = cute.make_tensor(p_out, cute.make_layout((batch, SH2), stride=(SH2, 1)))
         # TF32: ptxas took ~125 registers at the defaults (225 at D = 32) unless told the
         # grid's 2 CTAs per SM (then <= 128; with the carveout, as the backward: the DSL asks
-        # the device for it otherwise). fp32 is launched as before.
+        # the device for it otherwise). fp32 is launched without them.
         bounds = {}
         if const_expr(self.tf32):
             bounds = dict(min_blocks_per_mp=self.ctas_per_sm(), preferred_smem_carveout=100)
@@ -219,8 +194,7 @@ class FusedForward(_TileCopies):
                     _wgmma.publish()  # the stores above -> the tensor cores' (async proxy) reads
                 # The next chunk's loads, issued as soon as the stores above freed their
                 # registers: they fly through this barrier's wait too, not only through the
-                # chunk's products (ncu: the warps waited on these loads, long scoreboard,
-                # for a quarter of the samples, and at the barriers for another quarter)
+                # chunk's products (docs/notes/mamba2-forward.md, 2026-11-30)
                 if kc + 1 < n_chunks:
                     self.fetch_chunk(mHist, mH, mWA, mWB, mWC, b0, n_samples, (kc + 1) * CHUNK,
                                      rHist, rH, rW, rWC)
@@ -285,4 +259,3 @@ class FusedForward(_TileCopies):
                         hv[e] = hv[e] + ctx * wv[e]
                     cute.autovec_copy(hv, cute.local_tile(mOut[b0 + b, None], (4,), (q,)))
             # sCtx and sAU are rewritten by the next tile only after its chunk-loop barriers
-
