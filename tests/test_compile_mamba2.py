@@ -11,6 +11,7 @@ pytest.importorskip("cutlass")
 from foxcute import FoxcuteInputError  # noqa: E402
 from foxcute._arrays import Checker  # noqa: E402
 from foxcute.kernels import _cute, mamba2  # noqa: E402
+from foxcute.kernels.mamba2 import _tiles  # noqa: E402
 
 TF32_MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 PHASE3_CHUNKS = mamba2.DEFAULTS["SH2"] // mamba2.CHUNK  # the fused backward unrolls its phase-3 chunk loop
@@ -269,7 +270,7 @@ def test_c_product_w_c_loads_are_conflict_free_over_the_supported_range(D):
     # _StateProduct's lanes: task = (group = (sample, float4 s4 of the states), k % split); a
     # quarter-warp reads split rows of W_C at the pitch chosen for that split
     for K in range(1, mamba2.MAX_K + 1):
-        product = mamba2._StateProduct(mamba2.TILE_ROWS // K, D)
+        product = _tiles._StateProduct(_tiles.TILE_ROWS // K, D)
         assert product.w_pitch % 4 == 0 and product.w_pitch >= D
         for warp in range(-(-product.tasks // 32)):
             for i in range(2):
@@ -354,10 +355,10 @@ def test_fused_backward_fits_one_cta_an_sm_over_the_supported_range():
             for D in mamba2.SUPPORTED_D:
                 for precision in mamba2.PRECISIONS:
                     kernel = mamba2.FusedBackward(K, SH2, D, precision)
-                    assert kernel.smem_bytes() <= mamba2.SMEM_PER_SM, (K, SH2, D, precision)
-                    fits = kernel.smem_bytes(resident=True) <= mamba2.SMEM_PER_SM
+                    assert kernel.smem_bytes() <= _tiles.SMEM_PER_SM, (K, SH2, D, precision)
+                    fits = kernel.smem_bytes(resident=True) <= _tiles.SMEM_PER_SM
                     assert kernel.resident == (precision == "tf32" and fits), (K, SH2, D, precision)
-                    rows_fit = kernel.smem_bytes(resident=True, rows_resident=True) <= mamba2.SMEM_PER_SM
+                    rows_fit = kernel.smem_bytes(resident=True, rows_resident=True) <= _tiles.SMEM_PER_SM
                     assert kernel.rows_resident == (kernel.resident and rows_fit), (K, SH2, D, precision)
     assert mamba2.FusedBackward(8, 256, 16, "tf32").rows_resident
     assert mamba2.FusedBackward(3, 256, 16, "tf32").resident
