@@ -4,7 +4,7 @@ The naive backend reproduces, on purpose, how the DQN trainer's hand-written ker
 built: one thread per weight (or per parameter, per output neuron) looping over the whole
 batch, and one thread per sample computing a whole layer serially. Plain FFMA in float32,
 intermediates through global memory. It is the baseline the optimized kernels are timed
-against, so it must compute the spec's function exactly; only its structure is bad.
+against, so it must compute the function of docs/layers.md exactly; only its structure is bad.
 
 The anti-pattern itself lives here once: `batch_sum` launches one thread per output element
 out[i, j] = scale * sum_r X[r, i] * Y[r, j] (or sum_r X[r, i] without Y), each thread
@@ -27,7 +27,7 @@ THREADS = 128  # threads per CTA of every naive kernel
 # A thread's running sum over R rows is kept as a sum of partial sums over CHUNK_ROWS rows.
 # A single float32 accumulator over the IQN head's 524288 rows loses about 2e-5 of relative
 # accuracy (its rounding error grows like sqrt(R)); two levels keep it near 1e-6, inside the
-# spec's float32 tolerance of 1e-5. The thread still walks every row itself.
+# float32 tolerance (docs/layers.md section 8) of 1e-5. The thread still walks every row itself.
 CHUNK_ROWS = 256
 
 INT32_MAX = 2**31 - 1

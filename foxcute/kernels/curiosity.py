@@ -1,4 +1,4 @@
-"""Curiosity forward model (spec section 5), forward + backward on the GPU.
+"""Curiosity forward model (docs/layers.md section 5), forward + backward on the GPU.
 
     z = s @ W1s^T + W1a[:, a] + b1   (W1 = [W1s | W1a]: the one-hot product is a column gather)
     hid = relu(z), pred = hid @ W2^T + b2, diff = pred - s_next
@@ -75,8 +75,11 @@ from cutlass.cute.nvgpu import warpgroup
 from .. import _arrays
 from .._layer import PRECISIONS, KernelContract
 from . import _cute, _wgmma
-from .gemm import (CHUNK, MODE, PAD, STAGES, Operand, _mma_atom, issue_chunk, kmajor_weight_grads_into, mma_chunks, relu,
-                   round_tf32, rows_view, staging_by_rows, start_chunks, weight_grads_into)
+from ._cute import relu
+from ._mma import (CHUNK, MODE, PAD, STAGES, Operand, issue_chunk, mma_chunks, rows_view, staging_by_rows, start_chunks,
+                   warp_mma)
+from ._tf32 import as_float, round_tf32, split_tf32
+from .gemm import kmajor_weight_grads_into, weight_grads_into
 
 MIN_WIDTH, MAX_WIDTH, WIDTH_MULTIPLE = 32, 512, 32  # F and H: whole CHUNKs of the reductions
 MAX_ACTIONS = 16
@@ -157,36 +160,6 @@ def partial_index(col, cta, num_ctas, width):
     c = col // COLSUM_WIDTH
     chunk_width = cutlass.min(COLSUM_WIDTH, width - c * COLSUM_WIDTH)
     return c * (num_ctas * COLSUM_WIDTH) + cta * chunk_width + (col - c * COLSUM_WIDTH)
-
-
-@cute.jit
-def as_float(bits: Int32) -> Float32:
-    """The float32 whose bits are `bits`."""
-    return Float32(llvm.bitcast(Float32.mlir_type, bits.ir_value()))
-
-
-@cute.jit
-def rna_tf32_bits(bits: Int32) -> Int32:
-    """The float32 `bits` rounded to nearest TF32, ties away from zero: half a TF32 ulp added
-    to the magnitude bits, the low 13 bits cleared. cvt.rna's result for finite values, in
-    two integer instructions."""
-    return (bits + Int32(0x1000)) & Int32(-0x2000)
-
-
-@cute.jit
-def split_tf32(x: Float32) -> tuple:
-    """x = hi + lo for 3xTF32, as MMA operand bits: hi = x rounded to nearest TF32, lo = x - hi
-    (exact) rounded to nearest TF32, i.e. bit for bit hi = cvt.rna(x), lo = cvt.rna(x - hi)
-    (for finite x), the split of the kernel before this one, whose z products in the same
-    order these are. lo is rounded rather than left to the MMA, which would truncate it: an error twice
-    as large, small next to the float32 accumulation's (a NumPy emulation at the defaults gives
-    the same rms error of z either way), but z decides the relu mask, and keeping it bit-equal
-    to the previous kernel's keeps every mask decision it made. Four instructions
-    (ptxas drops lo's mask: the TF32 MMA ignores the low 13 bits) where two cvt.rna and the
-    subtraction take seven. x not finite: lo is NaN or inf, the products NaN (as with cvt.rna)."""
-    hi = rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, x.ir_value())))
-    lo = x - as_float(hi)
-    return hi, rna_tf32_bits(Int32(llvm.bitcast(Int32.mlir_type, lo.ir_value())))
 
 
 def prep_arrays(precision: str) -> int:
@@ -727,7 +700,7 @@ class RowPassMmaSync(RowPass):
             if row0 + tid < batch:
                 sActs[tid] = Int32(mAct[row0 + tid])
 
-        tiled_mma = _mma_atom(self.warps_m, self.warps_n)
+        tiled_mma = warp_mma(self.warps_m, self.warps_n)
         thr = tiled_mma.get_slice(tid)
         products = self.products(mS, mW1sv, mW2v, mW2tv, mW1stv, batch, row0, sS3, sS, sWraw)
 

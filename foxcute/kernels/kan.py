@@ -1,4 +1,4 @@
-"""KAN layer (Gaussian RBF basis), spec section 4: forward y and backward (dC, dWb, dx).
+"""KAN layer (Gaussian RBF basis), docs/layers.md section 4: forward y and backward (dC, dWb, dx).
 
 Feature view: per row, the G basis values of each input and its silu are one feature vector
 of F = (G+1)*I entries, ordered here g-major, f = g*I + i (g = G is silu(x_i)), so that

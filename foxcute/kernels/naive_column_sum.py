@@ -1,4 +1,4 @@
-"""Naive column sum (spec section 3), the trainer's "before" kernel: one thread per column,
+"""Naive column sum (docs/layers.md section 3), the trainer's "before" kernel: one thread per column,
 each looping over all M rows. For the IQN head's bias gradient (N = 3) that is 3 working
 threads for 524288 rows."""
 

@@ -1,4 +1,4 @@
-"""Naive curiosity forward model, forward and backward (spec section 5): the trainer's
+"""Naive curiosity forward model, forward and backward (docs/layers.md section 5): the trainer's
 "before" kernels, whose fault is too few blocks.
 
 Each layer runs one thread per hidden unit, per output feature or per weight, and every

@@ -1,4 +1,4 @@
-"""Naive KAN layer (spec section 4): the trainer's "before" kernels.
+"""Naive KAN layer (docs/layers.md section 4): the trainer's "before" kernels.
 
 Forward: one thread per (sample, output) evaluating all I*G basis functions itself.
 Backward: one thread per sample writes its basis values phi, silu(x) and dx to global

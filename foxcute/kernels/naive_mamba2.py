@@ -1,4 +1,4 @@
-"""Naive Mamba2 temporal layer (spec section 1): the trainer's "before" kernels.
+"""Naive Mamba2 temporal layer (docs/layers.md section 1): the trainer's "before" kernels.
 
 What the trainer did: the forward ran one thread per sample, each doing its own projections
 h_hist[b, t, :] @ W_A[:, s] (an SH2-long dot product per step and state) and the K-step scan.

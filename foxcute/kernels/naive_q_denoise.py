@@ -1,4 +1,4 @@
-"""Naive Q-denoise MLP loss and backward (spec section 2): the trainer's "before" kernels.
+"""Naive Q-denoise MLP loss and backward (docs/layers.md section 2): the trainer's "before" kernels.
 
 One thread per sample runs the whole MLP forward, the loss terms and the per-sample
 gradients (dy, dz1, dq), writing h1, dy and dz1 to global memory; then one thread per weight

@@ -1,4 +1,4 @@
-"""Naive risk budget head (spec section 6): the trainer's "before" kernel, one thread per
+"""Naive risk budget head (docs/layers.md section 6): the trainer's "before" kernel, one thread per
 sample computing the whole MLP serially, the shared isv part of every hidden unit included."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Q-denoise MLP (A -> H -> A), spec section 2: loss and every gradient in ONE launch,
+"""Q-denoise MLP (A -> H -> A), docs/layers.md section 2: loss and every gradient in ONE launch,
 the batch reduction included (deterministic, no float atomics).
 
 Work and floor at the defaults (A=12, H=24, B=8192):

@@ -1,4 +1,4 @@
-"""Risk budget head, spec section 6: risk = sigmoid(relu(x @ W1^T + b1) @ w2 + b2) with
+"""Risk budget head, docs/layers.md section 6: risk = sigmoid(relu(x @ W1^T + b1) @ w2 + b2) with
 x = [h, isv, e], in one kernel that never forms x.
 
 The isv block of W1 is folded with b1 into one bias per hidden unit, c = b1 + W1[:, SH2:SH2+I]

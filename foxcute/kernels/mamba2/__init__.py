@@ -1,4 +1,4 @@
-"""Mamba2 temporal layer on the GPU (spec LAYERS.md section 1): forward and full backward.
+"""Mamba2 temporal layer on the GPU (docs/layers.md section 1): forward and full backward.
 
 Two implementations, picked by `impl`:
 
@@ -47,7 +47,7 @@ Matrix products run on TF32 tensor cores for precision="tf32": a|u (forward and 
 Hopper's warpgroup MMA (wgmma, foxcute.kernels._wgmma: no fragment loads, the operands'
 descriptors point into shared memory), every other product on warp-level mma.sync m16n8k8 (fragments
 loaded from shared memory, B 64 bits at a time, see _mma_smem); operands rounded to nearest
-TF32 once when staged into shared memory (gemm.tf32_operand: half an ulp added, the tensor
+TF32 once when staged into shared memory (_tf32.tf32_operand: half an ulp added, the tensor
 cores' truncation completes it; through registers, or in place where the backward's cp.async
 h and dout have landed), except the backward's h_hist tile, which its a|u and dW products
 read as cp.async wrote it (truncated: see FusedBackward). precision="fp32" runs every product as exact

@@ -12,7 +12,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
-from ..gemm import load_bits, load_tf32, tf32_operand
+from .._tf32 import load_bits, load_tf32, tf32_operand
 
 THREADS = 256
 TILE_ROWS = 64  # rows of h_hist [B*K, SH2] per CTA tile
@@ -20,29 +20,11 @@ CHUNK = 64  # SH2 columns per main-loop step
 SMEM_PER_SM = 228 * 1024 - 2 * 1024  # per SM, less 1 KB the driver reserves per CTA
 
 
-def _tiled_mma(tf32: bool, warps_m: int = 4, warps: int = THREADS // 32) -> cute.TiledMma:
-    """The MMA of the fused kernels' products (M a multiple of 16 warps_m, N of
-    8 (warps / warps_m)).
-
-    tf32: `warps` warps as warps_m (M) x warps / warps_m (N), each warp issuing m16n8k8
-    mma.sync (all 8 of the CTA, or 4 for the backward's dh and dW_C, one CTA half each).
-    fp32: one FMA per thread and step over a 16 x 16 thread grid; a warp covers 8 rows x 4
-    columns, so the A values it reads from shared memory are 8 distinct rows (conflict-free
-    at a row pitch of 4 mod 32) and its B values 4 distinct columns."""
-    if tf32:
-        return cute.make_tiled_mma(cute.nvgpu.warp.MmaTF32Op((16, 8, 8)),
-                                   cute.make_layout((warps_m, warps // warps_m, 1)))
-    return cute.make_tiled_mma(
-        cute.nvgpu.MmaUniversalOp(Float32),
-        cute.make_layout(((8, 2), (4, 4), 1), stride=((1, 32), (8, 64), 0)),
-    )
-
-
 def _pair_pitch(width: int, tf32: bool) -> int:
     """Row pitch (words) of a tile `width` (a multiple of 16) wide that a TF32 B operand
     reads with K along its columns in 64-bit pairs (W for dh_hist): 8 mod 16, so a warp's
     pair loads (8 rows g x 4 lane pairs t at g * pitch + 2t) fall on disjoint banks in each
-    half-warp. fp32: 4 mod 16 (conflict-free FFMA reads, see _tiled_mma)."""
+    half-warp. fp32: 4 mod 16 (conflict-free FFMA reads, see _mma.warp_mma)."""
     return width + (8 if tf32 else 4)
 
 
@@ -79,7 +61,7 @@ def _k_order_view(s: cute.Tensor) -> cute.Tensor:
 def _load_b_pairs(dst: cute.Tensor, src: cute.Tensor, rounded: bool) -> None:
     """dst <- src, one K step of a B partition whose b0, b1 are adjacent in shared memory:
     one 64-bit load per N repeat ni, then its two registers as the MMA takes them (bits as
-    they are where rounded when staged, else rounded here: gemm.load_bits / load_tf32)."""
+    they are where rounded when staged, else rounded here: _tf32.load_bits / load_tf32)."""
     pair = cute.make_rmem_tensor(cute.make_layout((2,)), Float32)
     for ni in range(cute.size(src, mode=[1])):
         assert src[None, ni].layout.stride == (1,), "b_pairs: b0, b1 must be adjacent"

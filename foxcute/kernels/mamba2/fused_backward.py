@@ -13,10 +13,11 @@ from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .. import _wgmma
-from ..gemm import store_pair, tf32_operand
+from .._mma import store_pair, warp_mma
+from .._tf32 import tf32_operand
 from ._sigmoid import _sigmoid, _sigmoid_slope
 from ._tiles import (CHUNK, SMEM_PER_SM, THREADS, TILE_ROWS, _k_order_view, _k_pairs_view, _mma_smem,
-                     _pair_pitch, _slots, _StateProduct, _store_accumulators, _TileCopies, _tiled_mma, _w_pitch)
+                     _pair_pitch, _slots, _StateProduct, _store_accumulators, _TileCopies, _w_pitch)
 
 
 def _partial_width(SH2: int, D: int) -> int:
@@ -59,7 +60,7 @@ class FusedBackward(_TileCopies):
     h_hist is not rounded to TF32: its two products (a|u, dW) read it as cp.async wrote it and
     the tensor cores truncate it, a relative error of up to 2^-10 an element, biased toward
     zero (rounding: up to 2^-11, unbiased); every other TF32 operand is rounded to nearest
-    where it is staged (gemm.tf32_operand).
+    where it is staged (_tf32.tf32_operand).
 
     Where they fit beside the tile (TF32 only; the defaults): the weights resident (`resident`:
     [W_A|W_B]^T as a|u's wgmma B, [W_A|W_B] at dh_hist's pitch, W_C for the c product and a
@@ -621,7 +622,7 @@ class FusedBackward(_TileCopies):
         rDout = cute.make_rmem_tensor(cute.make_layout((4, _slots(Bt * CHUNK // 4))), Float32)
         rWC = cute.make_rmem_tensor(cute.make_layout((4, _slots(CHUNK * D // 4))), Float32)
 
-        tiled = _tiled_mma(self.tf32)
+        tiled = warp_mma(4, 2) if self.tf32 else warp_mma(2, 4, tf32=False)
         thr = tiled.get_slice(tid)
         if const_expr(self.tf32):
             # a|u = one 64 x 2D wgmma tile (M = TILE_ROWS), issued by the last warpgroup (the c
@@ -632,7 +633,7 @@ class FusedBackward(_TileCopies):
             tCrA = tiled_au.make_fragment_A(thr_au.partition_A(sHist))  # (MMA, 1, CHUNK / 8, chunks)
             tCrB = tiled_au.make_fragment_B(thr_au.partition_B(sWt))  # (MMA, 1, CHUNK / 8)
         else:
-            tiled_au = _tiled_mma(False)
+            tiled_au = warp_mma(2, 4, tf32=False)
             thr_au = tiled_au.get_slice(tid)
             mma_group = tCrA = tCrB = None
         c_acc = self.c_product.accumulators()
@@ -657,8 +658,8 @@ class FusedBackward(_TileCopies):
         if const_expr(self.tf32):
             # dh and dW_C on the tensor cores, one half of the CTA (4 warps) each (dh_and_dwc_mma)
             half_tid = tid % (THREADS // 2)
-            tiled_dh = _tiled_mma(True, warps_m=1, warps=4)
-            tiled_wc = _tiled_mma(True, warps_m=4, warps=4)
+            tiled_dh = warp_mma(1, 4)
+            tiled_wc = warp_mma(4, 1)
             thr_dh = tiled_dh.get_slice(half_tid)
             thr_wc = tiled_wc.get_slice(half_tid)
             coord_wc = thr_wc.partition_C(cute.make_identity_tensor((CHUNK, D)))

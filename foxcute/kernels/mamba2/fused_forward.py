@@ -11,9 +11,10 @@ from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .. import _wgmma
+from .._mma import warp_mma
 from ._sigmoid import _sigmoid
 from ._tiles import (CHUNK, SMEM_PER_SM, THREADS, TILE_ROWS, _mma_smem, _pair_pitch, _slots, _StateProduct,
-                     _store_accumulators, _TileCopies, _tiled_mma, _w_pitch)
+                     _store_accumulators, _TileCopies, _w_pitch)
 
 
 class FusedForward(_TileCopies):
@@ -154,7 +155,7 @@ class FusedForward(_TileCopies):
             tCrA = tiled.make_fragment_A(thr.partition_A(sA))  # (MMA, 1, CHUNK / 8) descriptors
             tCrB = tiled.make_fragment_B(thr.partition_B(sWt))  # (MMA, 1, CHUNK / 8, chunks held)
         else:
-            tiled = _tiled_mma(False)
+            tiled = warp_mma(2, 4, tf32=False)
             thr = tiled.get_slice(tid)
 
         if const_expr(self.resident_weights):
