@@ -48,3 +48,15 @@ def test_only_the_dependent_variant_waits_for_the_grid_before_it():
 def test_kahan_compensation_survives_compilation(ptx):
     # (t - a) - y must reach the PTX as subtractions, not be folded away to zero.
     assert ptx[128].count("sub.f32") >= 2 * 4
+
+
+@pytest.mark.slow
+def test_kept_compiles_carry_ptxas_resources():
+    """A kept compile (what `foxcute ptx` and the kernel report use) carries ptxas' own resource
+    report, the same one `_cute.ptxas_report` gets by compiling again."""
+    from foxcute.lab import benchmarks
+
+    compiled = column_sum.compiled_for_ci()["column_sum_N3"]
+    facts = benchmarks.ptx_facts(compiled)
+    assert compiled.ptxas_resources == _cute.ptxas_report(column_sum.ColumnSum(3), *column_sum.compile_args())
+    assert facts["spill_stores"] == facts["spill_loads"] == 0 and facts["ptxas_registers"] > 0

@@ -44,10 +44,33 @@ class CompiledCache:
 
 
 def compile_kernel(jit_fn: Callable, *args: Any, keep: bool = False) -> Any:
-    """cute.compile, keeping PTX and cubin when asked (CI checks them)."""
-    if keep:
-        return cute.compile[cute.KeepPTX, cute.KeepCUBIN](jit_fn, *args)
-    return cute.compile(jit_fn, *args)
+    """cute.compile. With `keep`, also the PTX and cubin (`__ptx__`, `__cubin__`: CI checks
+    them) and ptxas' resource report of the same compile as `ptxas_resources` (registers,
+    stack frame, spill stores and loads: see `parse_ptxas_report`)."""
+    if not keep:
+        return cute.compile(jit_fn, *args)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "ptxas.yaml")
+        # one options string: options= replaces the KeepPTX / KeepCUBIN flags of cute.compile[...]
+        compiled = cute.compile(jit_fn, *args,
+                                options=f"--keep-ptx --keep-cubin --remark-filter ptxas --remark-output {path}")
+        compiled.ptxas_resources = parse_ptxas_report(open(path).read())
+    return compiled
+
+
+def parse_ptxas_report(text: str) -> dict[str, int]:
+    """ptxas' resource report (its remarks) as registers, stack_frame, spill_stores and
+    spill_loads (bytes); RuntimeError when the text holds none."""
+    import re
+
+    used = re.search(r"Used (\d+) registers", text)
+    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    if not used or not frame:
+        raise RuntimeError(f"no ptxas resource report in:\n{text}")
+    return {"registers": int(used.group(1)), "stack_frame": int(frame.group(1)),
+            "spill_stores": int(frame.group(2)), "spill_loads": int(frame.group(3))}
 
 
 def fake_ptr(dtype: type = cutlass.Float32) -> cute.Pointer:
@@ -246,17 +269,10 @@ def sum_vector_in_order(mRows: cute.Tensor, first_row: cutlass.Int32, num_rows: 
 def ptxas_report(jit_fn: Callable, *args: Any) -> dict[str, int]:
     """Compile once more with ptxas' remarks on and return its resource report for the
     kernel: registers, stack frame and spill bytes (what CI checks: no spills)."""
-    import re
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "ptxas.yaml")
         with _compile_lock:
             cute.compile(jit_fn, *args, options=f"--remark-filter ptxas --remark-output {path}")
-        text = open(path).read()
-    used = re.search(r"Used (\d+) registers", text)
-    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
-    if not used or not frame:
-        raise RuntimeError(f"no ptxas resource report in:\n{text}")
-    return {"registers": int(used.group(1)), "stack_frame": int(frame.group(1)),
-            "spill_stores": int(frame.group(2)), "spill_loads": int(frame.group(3))}
+        return parse_ptxas_report(open(path).read())

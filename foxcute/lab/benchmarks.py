@@ -455,13 +455,19 @@ _VEC128_LOAD = r"ld\.global(?:\.[a-z]+)*\.(?:v4\.[bfsu]32|v2\.[bfsu]64)"
 
 
 def ptx_facts(compiled: Any) -> dict[str, Any]:
-    """What the PTX and cubin of a kernel compiled with KeepPTX/KeepCUBIN say: 128-bit global
-    loads, TF32 tensor-core instructions (warp-level mma.sync, warpgroup wgmma), local-memory
-    traffic (spills or stack arrays), registers."""
+    """What a kernel compiled with `keep` (kernels._cute.compile_kernel) says: from its PTX,
+    128-bit global loads, TF32 tensor-core instructions (warp-level mma.sync, warpgroup
+    wgmma) and local-memory instructions (spills or stack arrays); from ptxas' report of the
+    same compile, registers, stack frame and spill bytes; registers from the cubin too."""
     import re
 
     ptx = compiled.__ptx__ or ""
+    ptxas = getattr(compiled, "ptxas_resources", {})
     return {
+        "ptxas_registers": ptxas.get("registers"),
+        "spill_stores": ptxas.get("spill_stores"),
+        "spill_loads": ptxas.get("spill_loads"),
+        "stack_frame": ptxas.get("stack_frame"),
         "ld_global_128bit": len(re.findall(_VEC128_LOAD, ptx)),
         "mma_sync_tf32": len(re.findall(r"mma\.sync\.aligned\.[^\s;]*tf32", ptx)),
         "wgmma_tf32": len(re.findall(r"wgmma\.mma_async\.[^\s;]*tf32", ptx)),
