@@ -401,8 +401,8 @@ def test_join_kernel_report_sets_each_launched_kernel_beside_its_compiled_config
                              "kernel": ["column_sum.ColumnSum", "Memset", "kan.Backward"],
                              "us": [4.0, 1.0, 9.0]})
     report = pd.DataFrame({"module": ["column_sum", "column_sum", "kan"],
-                           "compiled as": ["column_sum_N3", "column_sum_N128", "kan_backward_tf32"],
-                           "kernel": ["column_sum.ColumnSum", "column_sum.ColumnSum", "kan.Backward"],
+                           "kernel": ["column_sum_N3", "column_sum_N128", "kan_backward_tf32"],
+                           "kernel class": ["column_sum.ColumnSum", "column_sum.ColumnSum", "kan.Backward"],
                            "registers": [32, 40, 128], "mma_sync_tf32": [0, 0, 24], "wgmma_tf32": [0, 0, 0],
                            "ld_st_local": [0, 0, 0]})
     joined = breakdown.join_kernel_report(launches, report)

@@ -143,8 +143,9 @@ def lane_events(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32", i
 def join_kernel_report(launches: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
     """The compile report beside what was timed (REPORT_JOIN_COLUMNS): `launches` is
     launch_table's frame of profiled calls whose part is "<case>|<impl>", `report` the
-    kernel report with a "kernel" column in short_kernel_name's form ("module.Class") and
-    "compiled as" (compiled_for_ci's name). Each kernel a call launched, with its launches
+    kernel report: "kernel" compiled_for_ci's name for a compiled configuration (here
+    "compiled as"), "kernel class" its kernel in short_kernel_name's form ("module.Class"),
+    and the facts (registers, instruction counts). Each kernel a call launched, with its launches
     and summed device us, gets one row per compiled configuration of its class (registers
     and instruction counts differ between them); a kernel without a report row (not one of
     foxcute's, a memset) keeps it with empty report columns."""
@@ -154,6 +155,7 @@ def join_kernel_report(launches: pd.DataFrame, report: pd.DataFrame) -> pd.DataF
                 .rename(columns={"count": "launches", "sum": "device us"}))
     split = per_call["part"].str.split("|", n=1, expand=True)
     per_call["case"], per_call["impl"] = split[0], split[1]
+    report = report.rename(columns={"kernel": "compiled as"}).rename(columns={"kernel class": "kernel"})
     report_columns = [c for c in REPORT_JOIN_COLUMNS if c in report.columns and c != "kernel"]
     joined = per_call.merge(report[["kernel", *report_columns]], on="kernel", how="left")
     return joined.reindex(columns=REPORT_JOIN_COLUMNS).reset_index(drop=True)
