@@ -186,7 +186,8 @@ def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
                                                          "targets": targets}))
 
     rec = lambda impl, t: {"layer": "column_sum", "pass": "forward", "impl": impl,  # noqa: E731
-                           "params": {"N": 3, "variant": "N=3"}, "time_us": t, "floor_us": 2.0}
+                           "params": {"N": 3, "variant": "N=3"}, "time_us": t, "floor_us": 2.0,
+                           "timing": "CUDA graph replay"}
     gemm = {"layer": "gemm", "pass": "matmul", "impl": "cutlass_cpp", "params": {"variant": "seed projection"},
             "time_us": 30.0, "floor_us": 20.0}
     run_folder("2026a_gpu", "NVIDIA H200", [rec("naive", 900.0), rec("cute", 4.0), rec("torch_eager", 8.0), gemm,
@@ -198,15 +199,50 @@ def test_index_writes_the_newest_gpu_runs_headline_into_the_readme(tmp_path):
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
     row = next(line for line in text.splitlines() if line.startswith("| column_sum forward (N=3)"))
-    assert row.split("|")[1:-1] == [" column_sum forward (N=3) ", " 900 ", " 4 ", " - ", " 8 ", " 2 ", " 2 ", " 225 "]
+    assert row.split("|")[1:-1] == [" column_sum forward (N=3) ", " 900 ", " 4 ", " - ", " 8 ", " 2 ", " 2 ", " 225 ",
+                                    " 2 "]
     header = next(line for line in text.splitlines() if line.startswith("| layer pass"))
     assert header.split("|")[2:6] == [" naive ", " cute ", " cutlass_cpp ", " torch_eager "]
     row = next(line for line in text.splitlines() if line.startswith("| gemm matmul (seed projection)"))
     assert row.split("|")[1:-1] == [" gemm matmul (seed projection) ", " - ", " 25 ", " 30 ", " - ", " 20 ", " 1.25 ",
-                                    " - "]
+                                    " - ", " - "]
     assert "2026a_gpu" in text
     assert "| column_sum N=3 cute <= 5 us | 4 us | yes |" in text and "(1 of 1 met)" in text
     assert "Not every notebook" not in text
+
+
+def test_the_headline_step_ratio_takes_the_fastest_graph_replayed_torch_record(tmp_path):
+    # torch_eager and torch_compile_cudagraphs are faster or slower but timed as plain calls
+    # (or not saying how): only graph replays are set against the graph-replayed cute step
+    step = lambda impl, t, how: {"layer": "step", "pass": "step", "impl": impl, "params": {"B": 8192},  # noqa: E731
+                                 "time_us": t, "floor_us": 135.0, **({"timing": how} if how else {})}
+    records = [step("cute", 247.0, "CUDA graph replay"), step("cute_one_stream", 280.0, "CUDA graph replay"),
+               step("torch_eager", 200.0, "plain calls"), step("torch_compile", 640.0, "CUDA graph replay"),
+               step("torch_max_autotune", 550.0, "CUDA graph replay"),
+               step("torch_compile_cudagraphs", 100.0, "plain calls"), step("torch_other", 90.0, None)]
+    prov = {"gpu": "NVIDIA H200", "git_commit": "abc123", "copy_bandwidth_TBps": 4.25}
+    (tmp_path / "manifest.json").write_text(json.dumps({"notebooks": [], "provenance": prov}))
+    (tmp_path / "results.json").write_text(json.dumps({"provenance": prov, "records": records}))
+    text = runner.headline_markdown(tmp_path)
+    header = next(line for line in text.splitlines() if line.startswith("| layer pass"))
+    assert "torch_compile_cudagraphs" not in header and " torch_max_autotune " in header
+    row = next(line for line in text.splitlines() if line.startswith("| step step"))
+    assert row.split("|")[-2] == f" {550 / 247:.3g} "
+    assert (f"The step: cute 247 us against the fastest torch step timed the same way, captured in one CUDA "
+            f"graph and replayed (torch_max_autotune, 550 us): {550 / 247:.3g}x.") in text
+    assert "torch_compile_cudagraphs) is not in this table" in text
+
+
+def test_the_headline_compares_no_torch_record_that_was_not_graph_replayed(tmp_path):
+    records = [{"layer": "step", "pass": "step", "impl": i, "params": {}, "time_us": t, "floor_us": 1.0,
+                "timing": "plain calls" if i.startswith("torch") else "CUDA graph replay"}
+               for i, t in (("cute", 247.0), ("torch_eager", 4120.0))]
+    prov = {"gpu": "NVIDIA H200", "git_commit": "abc123"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"notebooks": [], "provenance": prov}))
+    (tmp_path / "results.json").write_text(json.dumps({"provenance": prov, "records": records}))
+    text = runner.headline_markdown(tmp_path)
+    assert next(line for line in text.splitlines() if line.startswith("| step step")).split("|")[-2] == " - "
+    assert "The step: cute" not in text
 
 
 def test_the_readme_headline_names_a_notebook_that_failed(tmp_path):

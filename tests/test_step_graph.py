@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from foxcute import step
@@ -330,3 +331,124 @@ def test_marginal_costs_take_each_variants_median_and_subtract_from_the_whole_st
 def test_marginal_costs_need_torch_inputs(inputs):
     with pytest.raises(ValueError, match="must be torch CUDA tensors"):
         breakdown.marginal_costs(inputs)
+
+
+def test_timing_spread_gives_the_median_and_the_10th_and_90th_percentiles():
+    from foxcute.lab import timing
+
+    fields = timing.spread([50.0, 10.0, 30.0, 20.0, 40.0, 60.0, 70.0, 80.0, 90.0, 100.0, 110.0])
+    assert fields == {"time_us": 60.0, "time_us_p10": 20.0, "time_us_p90": 100.0}
+    assert timing.spread([7.0]) == {"time_us": 7.0, "time_us_p10": 7.0, "time_us_p90": 7.0}
+    assert timing.spread([1.0, 2.0])["time_us_p90"] == pytest.approx(1.9)
+    with pytest.raises(ValueError, match="no samples"):
+        timing.spread([])
+
+
+def test_step_records_time_the_compiled_torch_peers_from_a_graph_and_keep_the_spread(monkeypatch):
+    # which implementations are captured and replayed, and what a record keeps of the samples
+    from foxcute.lab import timing
+
+    graphs = {}
+
+    def fake_step_function(name, device, precision, impl):
+        graph = name in ("cute", "torch_compile", "torch_max_autotune")
+        return (lambda: {"x": np.zeros(2)}), graph
+
+    def fake_bench(fn, *, graph, library, **settings):
+        graphs[len(graphs)] = graph
+        return 2.0, [1.0, 2.0, 3.0]
+
+    monkeypatch.setattr(breakdown, "_step_function", fake_step_function)
+    monkeypatch.setattr(timing, "bench", fake_bench)
+    monkeypatch.setattr(timing, "check_graph_replay", lambda fn, library: None)
+    monkeypatch.setattr(step, "make_inputs", lambda sizes, rng: {})
+    monkeypatch.setattr(step, "to_device", lambda host, library: {})
+    monkeypatch.setattr(step, "reference_given", lambda reference, host, outputs: outputs)
+    records = breakdown.step_records(SIZES, impls=("cute", "torch_eager", "torch_compile", "torch_max_autotune"),
+                                     reference={})
+    assert [r["timing"] for r in records] == [breakdown.GRAPH_REPLAY, "plain calls", breakdown.GRAPH_REPLAY,
+                                              breakdown.GRAPH_REPLAY]
+    assert all((r["time_us"], r["time_us_p10"], r["time_us_p90"]) == (2.0, pytest.approx(1.2), pytest.approx(2.8))
+               for r in records)
+    assert "torch_max_autotune" in breakdown.STEP_IMPLS and "torch_compile_cudagraphs" not in breakdown.STEP_IMPLS
+
+
+def test_unknown_step_implementation_names_the_known_ones():
+    with pytest.raises(ValueError, match="torch_max_autotune"):
+        breakdown._step_function("torch_jit", {}, "tf32", "fused")
+
+
+def test_lane_frame_puts_each_stream_in_its_lane_from_the_first_start():
+    events = [KernelEvent("step", DSL_NAIVE_Q, 5.0, start_us=130.0, stream=13),
+              KernelEvent("step", DSL_COLUMN_SUM, 10.0, start_us=100.0, stream=7),
+              KernelEvent("step", TORCH_FILL, 2.0, start_us=120.0, stream=7)]
+    frame = breakdown.lane_frame(events, MODULES)
+    assert list(frame.columns) == breakdown.LANE_COLUMNS
+    assert frame.values.tolist() == [["main", "column_sum.ColumnSum", 0.0, 10.0],
+                                     ["main", "at::native::vectorized_elementwise_kernel", 20.0, 2.0],
+                                     ["side", "naive_q_denoise.PerSample", 30.0, 5.0]]
+    three = breakdown.lane_frame(events + [KernelEvent("step", "Memset (Device)", 1.0, 140.0, 21)], MODULES)
+    assert three["lane"].tolist() == ["main", "main", "stream 13", "stream 21"]
+    assert breakdown.lane_frame([]).empty
+
+
+def test_trace_events_carry_their_stream():
+    trace = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "dur": 1.0, "ts": 2.0, "tid": 7,
+                              "args": {"stream": 13}},
+                             {"ph": "X", "cat": "kernel", "name": "k", "dur": 1.0, "ts": 3.0, "tid": "stream 7"}]}
+    assert [e.stream for e in breakdown.events_from_trace(trace, "step")] == [13, None]
+
+
+def test_join_kernel_report_sets_each_launched_kernel_beside_its_compiled_configurations():
+    launches = pd.DataFrame({"part": ["column_sum.forward[N=3]|cute", "column_sum.forward[N=3]|cute",
+                                      "kan.backward|cute"],
+                             "kernel": ["column_sum.ColumnSum", "Memset", "kan.Backward"],
+                             "us": [4.0, 1.0, 9.0]})
+    report = pd.DataFrame({"module": ["column_sum", "column_sum", "kan"],
+                           "kernel": ["column_sum_N3", "column_sum_N128", "kan_backward_tf32"],
+                           "kernel class": ["column_sum.ColumnSum", "column_sum.ColumnSum", "kan.Backward"],
+                           "registers": [32, 40, 128], "mma_sync_tf32": [0, 0, 24], "wgmma_tf32": [0, 0, 0],
+                           "ld_st_local": [0, 0, 0]})
+    joined = breakdown.join_kernel_report(launches, report)
+    assert list(joined.columns) == breakdown.REPORT_JOIN_COLUMNS
+    assert joined[["case", "impl", "kernel"]].values.tolist() == [
+        ["column_sum.forward[N=3]", "cute", "column_sum.ColumnSum"], ["column_sum.forward[N=3]", "cute", "column_sum.ColumnSum"],
+        ["column_sum.forward[N=3]", "cute", "Memset"], ["kan.backward", "cute", "kan.Backward"]]
+    assert joined["compiled as"].fillna("-").tolist() == ["column_sum_N3", "column_sum_N128", "-", "kan_backward_tf32"]
+    assert joined["registers"].fillna(-1).tolist() == [32, 40, -1, 128]
+    assert joined["device us"].tolist() == [4.0, 4.0, 1.0, 9.0]
+    assert breakdown.join_kernel_report(launches.iloc[:0], report).empty
+
+
+def test_batch_sweep_times_each_impl_at_each_batch_and_skips_a_rejected_size(monkeypatch):
+    from foxcute._arrays import FoxcuteInputError
+    from foxcute.lab import benchmarks, timing
+
+    case = next(c for c in benchmarks.CASES if c.name == "q_denoise.loss_and_grads")
+
+    def make(case, x):
+        def fn():
+            if x["q"].shape[0] > 64:
+                raise FoxcuteInputError("B too large for this fake")
+            return x["q"]
+        return fn
+
+    def broken(case, x):
+        raise RuntimeError("no compiler")
+
+    impls = [benchmarks.Impl("fake", "numpy", make), benchmarks.Impl("broken", "numpy", broken),
+             benchmarks.Impl("other layer", "numpy", make, applies=lambda c: c.layer == "kan")]
+    monkeypatch.setattr(benchmarks, "to_device", lambda inputs, library: inputs)
+    monkeypatch.setattr(timing, "check_graph_replay", lambda fn, library: fn())
+    monkeypatch.setattr(timing, "bench", lambda fn, library, reps: (None, [float(fn().shape[0])] * reps))
+    lines = []
+    rows = benchmarks.batch_sweep([case], (1, 64, 512), impls, 4.0, log=lines.append, reps=3)
+    frame = pd.DataFrame(rows, columns=benchmarks.SWEEP_COLUMNS)
+    assert frame[["impl", "B"]].values.tolist() == [["fake", 1], ["broken", 1], ["fake", 64], ["broken", 64],
+                                                    ["fake", 512], ["broken", 512]]
+    assert frame["time_us"].fillna(-1).tolist()[::2] == [1.0, 64.0, -1]
+    assert frame["per_sample_us"].fillna(-1).tolist()[::2] == [1.0, 1.0, -1]
+    assert frame["skipped"].tolist()[::2] == ["", "", "B too large for this fake"]
+    assert set(frame["error"].tolist()[1::2]) == {"RuntimeError: no compiler"}
+    assert frame["floor_us"].tolist()[::2] == [timing.floor_us(case.bytes_moved(case.scaled(b)), 4.0) for b in (1, 64, 512)]
+    assert len(lines) == 6 and "skipped (B too large for this fake)" in lines[4]

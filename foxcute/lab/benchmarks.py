@@ -330,24 +330,41 @@ def _peer_function(case: Case) -> Callable | None:
     return getattr(importlib.import_module(f"foxcute.peers.{case.layer}"), case.kernel_function, None)
 
 
-def _torch_impl(mode: str | None) -> Callable[[Case, dict[str, Any]], Callable[[], Any]]:
-    def make(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
-        import inspect
+def _compiled_peer(case: Case, mode: str, dynamic: bool) -> Callable:
+    """The case's peer function under torch.compile. A backward pass takes the forward (or
+    loss) to differentiate as a keyword: that is compiled and AOTAutograd compiles its
+    backward; a forward pass is compiled whole."""
+    import torch
 
+    fn = _peer_function(case)
+    module = importlib.import_module(f"foxcute.peers.{case.layer}")
+    hook = next((k for k in ("forward_fn", "loss_fn") if k in inspect.signature(fn).parameters), None)
+    if hook is None:
+        return torch.compile(fn, mode=mode, dynamic=dynamic)
+    inner = getattr(module, hook.removesuffix("_fn"))
+    return functools.partial(fn, **{hook: torch.compile(inner, mode=mode, dynamic=dynamic)})
+
+
+@functools.lru_cache(maxsize=None)
+def _dynamic_peer(layer: str, kernel_function: str) -> Callable:
+    """One torch.compile(dynamic=True) per pass for the whole process, whatever the batch:
+    the batch sweep's torch peer compiles once per pass (plus a recompile where torch
+    specializes a size, as it does B = 1), not once per batch."""
+    case = next(c for c in CASES + GEMM_CASES if (c.layer, c.kernel_function) == (layer, kernel_function))
+    return _compiled_peer(case, "default", True)
+
+
+def _torch_impl(mode: str | None, dynamic: bool = False) -> Callable[[Case, dict[str, Any]], Callable[[], Any]]:
+    def make(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = True
-        fn = _peer_function(case)
-        if mode is not None:
-            # A backward pass takes the forward (or loss) to differentiate as a keyword:
-            # compile that and let AOTAutograd compile its backward; a forward pass is compiled whole.
-            module = importlib.import_module(f"foxcute.peers.{case.layer}")
-            hook = next((k for k in ("forward_fn", "loss_fn") if k in inspect.signature(fn).parameters), None)
-            if hook is None:
-                fn = torch.compile(fn, mode=mode, dynamic=False)
-            else:
-                inner = getattr(module, hook.removesuffix("_fn"))
-                fn = functools.partial(fn, **{hook: torch.compile(inner, mode=mode, dynamic=False)})
+        if mode is None:
+            fn = _peer_function(case)
+        elif dynamic:
+            fn = _dynamic_peer(case.layer, case.kernel_function)
+        else:
+            fn = _compiled_peer(case, mode, False)
         args = list(x.values())
         return lambda: fn(*args)
     return make
@@ -360,6 +377,63 @@ def _torch_impls() -> list[Impl]:
             # reduce-overhead replays torch's own CUDA graphs: timed as plain calls
             Impl("torch_compile_cudagraphs", "torch", _torch_impl("reduce-overhead"), graph=False,
                  applies=has_peer)]
+
+
+# ---------------------------------------------------------------- batch sweep
+
+SWEEP_BATCHES = (1, 64, 512, 4096, 8192, 32768, 65536)
+SWEEP_COLUMNS = ["case", "impl", "B", "time_us", "time_us_p10", "time_us_p90", "floor_us", "per_sample_us",
+                 "skipped", "error"]
+
+
+def sweep_impls() -> list[Impl]:
+    """The batch sweep's implementations: the CuTe kernels (as impls() has them) and, where
+    torch is importable, "torch_compile_dynamic": the peer under torch.compile(dynamic=True),
+    compiled once per pass for every batch, graph-replayed like the rest."""
+    found = [i for i in impls() if i.name.startswith("cute")]
+    if importlib.util.find_spec("torch") is not None:
+        found.append(Impl("torch_compile_dynamic", "torch", _torch_impl("default", dynamic=True),
+                          applies=lambda case: _peer_function(case) is not None))
+    return found
+
+
+def batch_sweep(cases: list[Case], batches: tuple[int, ...], impls_: list[Impl], bandwidth_TBps: float, *,
+                seed: int = 0, log: Callable[[str], None] = print, **bench_kwargs: Any) -> list[dict[str, Any]]:
+    """Time per call and per sample of each implementation of each case at each batch B
+    (column_sum: M = B * Q rows), graph-replayed (timing.bench with `bench_kwargs`, after
+    timing.check_graph_replay), with the memory floor at that B: rows of SWEEP_COLUMNS.
+    Inputs are made once per (case, B) and shared by the implementations. A size a kernel
+    rejects (FoxcuteInputError) is a row with "skipped" its reason and no time; any other
+    failure a row with "error" (type and message) and no time, so that one implementation
+    failing hides none of the others. One `log` line per row."""
+    from .._arrays import FoxcuteInputError
+    from . import timing
+
+    rows = []
+    for case in cases:
+        applicable = [i for i in impls_ if i.applies(case)]
+        for batch in batches:
+            sizes = case.scaled(batch)
+            inputs = case.make(np.random.default_rng(seed), sizes)
+            floor = timing.floor_us(case.bytes_moved(sizes), bandwidth_TBps)
+            for impl in applicable:
+                row = {"case": case.name, "impl": impl.name, "B": batch, "time_us": None, "time_us_p10": None,
+                       "time_us_p90": None, "floor_us": floor, "per_sample_us": None, "skipped": "", "error": ""}
+                try:
+                    fn = impl.make(case, to_device(inputs, impl.library))
+                    timing.check_graph_replay(fn, library=impl.library)
+                    _, samples = timing.bench(fn, library=impl.library, **bench_kwargs)
+                    row.update(timing.spread(samples))
+                    row["per_sample_us"] = row["time_us"] / batch
+                    log(f"{case.name} {impl.name} B={batch}: {row['time_us']:.3g} us")
+                except FoxcuteInputError as exc:
+                    row["skipped"] = str(exc)
+                    log(f"{case.name} {impl.name} B={batch}: skipped ({exc})")
+                except Exception as exc:  # reported in the row; the other implementations still run
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                    log(f"{case.name} {impl.name} B={batch}: {row['error']}")
+                rows.append(row)
+    return rows
 
 
 # ---------------------------------------------------------------- gradient checks (float64)

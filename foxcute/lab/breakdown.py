@@ -41,10 +41,18 @@ TABLE_COLUMNS = ["backend", "layer", "kernel", "share of step (%)", "us per call
                  "total us", "method"]
 LAUNCH_COLUMNS = ["part", "launch", "kernel", "start (us)", "us", "share of part (%)"]  # launch_table's
 MARGINAL_COLUMNS = ["part", "lane", "alone (us)", "step without it (us)", "marginal (us)", "step (us)"]
-# step_records' default
-STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile_cudagraphs")
+LANE_COLUMNS = ["lane", "name", "start_us", "duration_us"]  # lane_frame's
+REPORT_JOIN_COLUMNS = ["case", "impl", "kernel", "launches", "device us", "compiled as", "registers",
+                       "mma_sync_tf32", "wgmma_tf32", "ld_st_local"]  # join_kernel_report's
+# step_records' default: torch_compile_cudagraphs (torch's own CUDA graphs behind a Python call,
+# host time included) is accepted by name but not timed by default
+STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile", "torch_max_autotune")
 _TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
+                "torch_max_autotune": "max-autotune-no-cudagraphs",
                 "torch_compile_cudagraphs": "reduce-overhead"}  # foxcute.peers.step.Step modes
+GRAPH_REPLAY = "CUDA graph replay"  # a record's "timing" when timing.bench replayed a captured graph
+# the torch peers captured in one CUDA graph and replayed, as the cute step is
+_GRAPH_REPLAYED_TORCH = ("torch_compile", "torch_max_autotune")
 
 # kernel_cutlass_<method>_foxcutekernels<module><Class>_object_at_...: <method> is the
 # @cute.kernel method's name ("kernel", or e.g. "kernel_wgmma" where a class has two)
@@ -60,6 +68,7 @@ class KernelEvent:
     name: str
     us: float
     start_us: float = 0.0
+    stream: int | None = None  # the CUDA stream it ran on, where the trace says
 
 
 def _kernel_modules() -> list[str]:
@@ -88,8 +97,68 @@ def short_kernel_name(name: str, modules: Sequence[str] | None = None) -> str:
 
 def events_from_trace(trace: dict[str, Any], part: str) -> list[KernelEvent]:
     """The device activities of a Chrome trace (torch.profiler's export) as events of `part`."""
-    return [KernelEvent(part, e["name"], float(e["dur"]), float(e.get("ts", 0.0))) for e in trace.get("traceEvents", [])
-            if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
+    return [KernelEvent(part, e["name"], float(e["dur"]), float(e.get("ts", 0.0)), _stream_of(e))
+            for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
+
+
+def _stream_of(event: dict[str, Any]) -> int | None:
+    """A device event's stream: args.stream in torch.profiler's traces (its tid as well)."""
+    stream = (event.get("args") or {}).get("stream", event.get("tid"))
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        return None
+
+
+def lane_frame(events: Iterable[KernelEvent], modules: Sequence[str] | None = None) -> pd.DataFrame:
+    """Device events of one call as a timeline (LANE_COLUMNS): one lane per CUDA stream,
+    "main" for the stream of the first event, "side" for the next if there are two, else
+    "stream <id>" for the others; names short (short_kernel_name), start_us from the first
+    event's start; rows in start order."""
+    events = sorted(events, key=lambda e: e.start_us)
+    if not events:
+        return pd.DataFrame(columns=LANE_COLUMNS)
+    streams = list(dict.fromkeys(e.stream for e in events))
+    names = {streams[0]: "main"}
+    if len(streams) == 2:
+        names[streams[1]] = "side"
+    names.update({s: f"stream {s}" for s in streams if s not in names})
+    modules = _kernel_modules() if modules is None else modules
+    t0 = events[0].start_us
+    return pd.DataFrame([(names[e.stream], short_kernel_name(e.name, modules), e.start_us - t0, e.us)
+                         for e in events], columns=LANE_COLUMNS)
+
+
+def lane_events(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32", impl: str = "fused") -> pd.DataFrame:
+    """The two-lane cute step (step.kernel_step, lanes on) called once untimed, then once
+    under torch.profiler as a plain call: its kernels per stream (lane_frame), for a timeline
+    of the lanes. One profiled call, not a median; `inputs` as for step_breakdown."""
+    if array_kind(inputs["mamba2"]["h"]) != "torch":
+        raise ValueError("foxcute.lab.breakdown.lane_events: the inputs must be torch CUDA tensors")
+    fn = step.kernel_step(inputs, precision=precision, impl=impl, lanes=True)
+    fn()
+    return lane_frame(_profile_parts([("step", fn)]))
+
+
+def join_kernel_report(launches: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
+    """The compile report beside what was timed (REPORT_JOIN_COLUMNS): `launches` is
+    launch_table's frame of profiled calls whose part is "<case>|<impl>", `report` the
+    kernel report: "kernel" compiled_for_ci's name for a compiled configuration (here
+    "compiled as"), "kernel class" its kernel in short_kernel_name's form ("module.Class"),
+    and the facts (registers, instruction counts). Each kernel a call launched, with its launches
+    and summed device us, gets one row per compiled configuration of its class (registers
+    and instruction counts differ between them); a kernel without a report row (not one of
+    foxcute's, a memset) keeps it with empty report columns."""
+    if launches.empty:
+        return pd.DataFrame(columns=REPORT_JOIN_COLUMNS)
+    per_call = (launches.groupby(["part", "kernel"], sort=False)["us"].agg(["count", "sum"]).reset_index()
+                .rename(columns={"count": "launches", "sum": "device us"}))
+    split = per_call["part"].str.split("|", n=1, expand=True)
+    per_call["case"], per_call["impl"] = split[0], split[1]
+    report = report.rename(columns={"kernel": "compiled as"}).rename(columns={"kernel class": "kernel"})
+    report_columns = [c for c in REPORT_JOIN_COLUMNS if c in report.columns and c != "kernel"]
+    joined = per_call.merge(report[["kernel", *report_columns]], on="kernel", how="left")
+    return joined.reindex(columns=REPORT_JOIN_COLUMNS).reset_index(drop=True)
 
 
 def kernel_table(events: Iterable[KernelEvent], *, backend: str, method: str = PROFILER,
@@ -247,17 +316,21 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
     """The headline: one record per implementation of the whole step (layer "step", pass
     "step", params the StepSizes and precision), in the profiling notebook's schema, with
     rel_err the worst over the step's outputs against the float64 reference given each layer's
-    own inputs (step.reference_given; that output's name in "worst_output") and "timing"
-    saying how it was timed. A failing implementation gets an "error" instead of a time.
+    own inputs (step.reference_given; that output's name in "worst_output"), "timing" saying
+    how it was timed (GRAPH_REPLAY or "plain calls") and the spread of its samples
+    (timing.spread: time_us the median, time_us_p10, time_us_p90). A failing implementation
+    gets an "error" instead of a time.
 
     cute: straight through the kernel modules, captured in one CUDA graph, replays timed
     (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run,
     the parts of step.LANES[1] on a second stream; cute_one_stream: the same on one stream.
     naive: plain calls, `naive_reps` of them (a naive step takes seconds). The torch peer
-    (foxcute.peers.step) as a PyTorch user runs it, plain calls: torch_eager,
-    torch_compile (also accepted; not in the default list: one more compile of minutes),
-    torch_compile_cudagraphs (torch's own CUDA graphs). `reference`: step.run's reference
-    outputs for these sizes and seed, if already computed."""
+    (foxcute.peers.step): torch_compile (torch.compile's default mode) and torch_max_autotune
+    (mode "max-autotune-no-cudagraphs"), each compiled by its first calls, then captured in
+    one CUDA graph and timed as the cute step is; torch_eager as plain calls (as a PyTorch
+    user runs it); torch_compile_cudagraphs (torch's own CUDA graphs, mode "reduce-overhead",
+    plain calls: host time included; not in the default list). `reference`: step.run's
+    reference outputs for these sizes and seed, if already computed."""
     from . import timing
 
     host = step.make_inputs(sizes, np.random.default_rng(seed))
@@ -277,8 +350,9 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
                 timing.check_graph_replay(lambda: list(fn().values()), library="torch")
             settings = (dict(warmup=0, reps=naive_reps, calls_per_rep=1) if name == "naive"
                         else dict(warmup=warmup, reps=reps, calls_per_rep=calls_per_rep))
-            row["timing"] = "CUDA graph replay" if graph else "plain calls"
-            row["time_us"], _ = timing.bench(fn, graph=graph, library="torch", **settings)
+            row["timing"] = GRAPH_REPLAY if graph else "plain calls"
+            _, samples = timing.bench(fn, graph=graph, library="torch", **settings)
+            row.update(timing.spread(samples))
         except Exception as exc:  # one implementation failing must not hide the others
             row["error"] = f"{type(exc).__name__}: {exc}"
         records.append(row)
@@ -298,4 +372,4 @@ def _step_function(name: str, device: dict[str, dict[str, Any]], precision: str,
     from ..peers.step import Step
 
     peer = Step(_TORCH_MODES[name], precision)
-    return (lambda: peer(device)), False
+    return (lambda: peer(device)), name in _GRAPH_REPLAYED_TORCH

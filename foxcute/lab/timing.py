@@ -1,4 +1,5 @@
-"""GPU timing: CUDA-graph replays timed with CUDA events, and the copy-bandwidth ceiling.
+"""GPU timing: CUDA-graph replays timed with CUDA events, their spread, and the ceilings (copy
+bandwidth, TF32 and FP32 matmul throughput).
 
 Kernels of a few microseconds cost more to launch from Python (about 10 us) than to run, so
 they are captured once in a CUDA graph and the graph is replayed: several replays per pair
@@ -146,6 +147,23 @@ def bench(fn: Callable[[], Any], *, graph: bool = True, warmup: int = 5, reps: i
     return statistics.median(samples), samples
 
 
+def spread(samples: list[float]) -> dict[str, float]:
+    """A timing record's fields from `bench`'s samples: "time_us" the median (bench's first
+    return value), "time_us_p10" and "time_us_p90" the 10th and 90th percentiles (linear
+    interpolation between samples), the spread a reader weighs a difference against."""
+    if not samples:
+        raise ValueError("timing.spread: no samples")
+    ordered = sorted(samples)
+
+    def percentile(q: float) -> float:
+        at = q * (len(ordered) - 1)
+        low = int(at)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    return {"time_us": statistics.median(ordered), "time_us_p10": percentile(0.1),
+            "time_us_p90": percentile(0.9)}
+
+
 def _arrays_of(out: Any) -> list[Any]:
     if isinstance(out, (tuple, list)):
         return [a for item in out for a in _arrays_of(item)]
@@ -205,6 +223,34 @@ def copy_bandwidth_TBps(nbytes: int = 4 << 30, *, reps: int = 30, warm_s: float 
         lib.run_on_stream(copy, 3)
     ms = statistics.median(lib.timed(copy) for _ in range(reps))
     return 2 * n * 4 / (ms * 1e-3) / 1e12
+
+
+def matmul_TFLOPs(*, tf32: bool, n: int = 8192, reps: int = 10, warm_s: float = 0.3) -> float:
+    """Compute ceiling in TFLOP/s (1e12 FLOP/s): a float32 [n x n] @ [n x n] torch matmul
+    (cuBLAS), 2 n^3 FLOP per call, with TF32 tensor cores allowed (tf32=True) or forbidden
+    (torch.backends.cuda.matmul.allow_tf32, restored after). Plain calls after `warm_s`
+    seconds of them, the median of `reps` event-timed calls: at n = 8192 a call takes
+    milliseconds, so launch cost is noise. The roofline's compute ceilings beside the copy
+    ceiling; needs torch."""
+    import time
+
+    lib = _Torch()
+    torch = lib.torch
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    c = torch.empty(n, n, device="cuda")
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        def matmul() -> None:
+            torch.matmul(a, b, out=c)
+        start = time.perf_counter()
+        while time.perf_counter() - start < warm_s:
+            lib.run_on_stream(matmul, 2)
+        ms = statistics.median(lib.timed(matmul) for _ in range(reps))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return 2.0 * n**3 / (ms * 1e-3) / 1e12
 
 
 def launch_floor_us(*, library: str = "cupy", **bench_kwargs: Any) -> float:

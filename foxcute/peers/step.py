@@ -1,6 +1,8 @@
 """The synthetic training step (docs/layers.md section 7, foxcute.step) in plain PyTorch: the
 layers' forwards from foxcute.peers, every gradient by autograd, run eagerly, under
-torch.compile, or under torch.compile(mode="reduce-overhead") (torch's own CUDA graphs).
+torch.compile (mode "default" or "max-autotune-no-cudagraphs": Triton GEMM and kernel
+autotuning, no CUDA graphs of torch's own, so that the caller can capture the step in one), or
+under torch.compile(mode="reduce-overhead") (torch's own CUDA graphs).
 
 The step's gradients are those of separate objectives, as foxcute.step computes them: Mamba2's
 from sum(dout * out), the curiosity model's from its loss with its state s = out taken as an
@@ -18,7 +20,7 @@ import torch
 
 from . import curiosity, kan, mamba2, q_denoise, risk_budget
 
-MODES = ("eager", "compile", "reduce-overhead")
+MODES = ("eager", "compile", "max-autotune-no-cudagraphs", "reduce-overhead")
 PRECISIONS = ("tf32", "fp32")
 
 # Per layer: the inputs that get a gradient, in the order of the layer's gradient outputs.
@@ -61,6 +63,10 @@ class Step:
     torch CUDA tensors (step.to_device(..., "torch")) and returns foxcute.step.run's outputs
     by the same names. precision "tf32" lets matmuls use TF32 (torch.backends.cuda.matmul.
     allow_tf32, set for the call and restored after), "fp32" forbids it.
+
+    Modes "eager", "compile" and "max-autotune-no-cudagraphs" launch on the current stream:
+    once the first calls have compiled, foxcute.lab.breakdown captures a call in a CUDA graph
+    and times its replays, as it times the cute step (timing.check_graph_replay first).
 
     mode "reduce-overhead": the outputs live in torch's CUDA-graph memory and the next call
     overwrites them; copy what must outlive it."""
