@@ -49,7 +49,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "warmup": 5,
         "reps": 100,
         "repeats": 3,
-        "compile_report": False,
+        "compile_report": True,
     },
 }
 
