@@ -11,9 +11,9 @@ How to read each figure:
   the intensity), the two flat lines the TF32 tensor-core and FP32 compute roofs; a pass can
   at best reach the lower of the roofs above its intensity. Left of a roof's ridge (where the
   slanted line meets it) a pass is memory-bound: its distance below the slanted line is how
-  far it is from moving its bytes at copy speed. One point per layer pass and implementation,
-  labelled with the pass; the marker gives the implementation's family (naive, torch, cute),
-  the colour the implementation.
+  far it is from moving its bytes at copy speed. One point per layer pass and implementation:
+  a pass's points share its intensity and its name is written once, above them; the marker
+  gives the implementation's family (naive, torch, cute), the colour the implementation.
 - ``before_after``: per layer pass, bars of time (log scale, each labelled in us) for the
   naive kernels, torch eager, the best torch.compile variant, the best CuTe implementation and
   the memory floor. Bars that differ by a grid line differ tenfold.
@@ -132,8 +132,9 @@ def _us(x: float) -> str:
 
 def roofline(records: pd.DataFrame, copy_TBps: float, tf32_TFLOPs: float, fp32_TFLOPs: float,
              path=None) -> tuple[Figure, str]:
-    """Achieved TFLOP/s against arithmetic intensity (flops / bytes_moved), one labelled point
-    per row of `records` (columns layer, pass, label, impl, time_us, bytes_moved, flops), under
+    """Achieved TFLOP/s against arithmetic intensity (flops / bytes_moved), one point per row
+    of `records` (columns layer, pass, label, impl, time_us, bytes_moved, flops; label may be
+    missing), its pass named above the pass's points and its implementation by legend, under
     the memory roof `copy_TBps` (TB/s) and the compute roofs `tf32_TFLOPs`, `fp32_TFLOPs`.
     The sentence: how many points are memory-bound (left of the FP32 ridge) and how close to
     its roof (the lower of the memory and TF32 roofs at its intensity) the best and the median
@@ -170,8 +171,10 @@ def roofline(records: pd.DataFrame, copy_TBps: float, tf32_TFLOPs: float, fp32_T
         at = impls == impl
         ax.scatter(intensity[at], achieved[at], marker=FAMILY_MARKERS[family(impl)], color=colours[impl],
                    s=40, label=impl, zorder=3)
-    for x, y, name in zip(intensity, achieved, names):
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, -3), fontsize=6.5, alpha=0.85)
+    for name in dict.fromkeys(names):  # a pass's points share one intensity: named once, above the highest
+        at = np.array([n == name for n in names])
+        ax.annotate(name, (intensity[at].max(), achieved[at].max()), textcoords="offset points", xytext=(0, 7),
+                    rotation=35, rotation_mode="anchor", fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -238,7 +241,7 @@ def before_after(records: pd.DataFrame, path=None) -> tuple[Figure, str]:
     table = table[table[timed].notna().any(axis=1)] if timed else table.iloc[:0]
     if table.empty:
         return _no_data(title, "timed layer passes", path)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * len(table) * len(groups) / 2.5), 6))
+    fig, ax = plt.subplots(figsize=(min(16.0, max(7.0, 0.3 * len(table) * len(groups) + 2)), 6))
     width = 0.8 / len(groups)
     positions = np.arange(len(table))
     for k, group in enumerate(groups):
