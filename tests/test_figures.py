@@ -222,3 +222,9 @@ def test_pass_names_and_families():
         ["naive", "torch", "cute", "other"]
     assert [figures.is_torch_compile(i) for i in ("torch_compile_cudagraphs", "torch_max_autotune", "torch_eager")] == \
         [True, True, False]
+
+
+@pytest.mark.parametrize("roofs", [(None, 400.0, 50.0), (2.0, math.nan, 50.0), (2.0, 400.0, 0.0)])
+def test_roofline_refuses_a_missing_roof(roofs):
+    with pytest.raises(ValueError, match="roofs must be finite and positive"):
+        figures.roofline(roofline_records(), *roofs)

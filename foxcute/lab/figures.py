@@ -36,6 +36,7 @@ times, bytes or FLOPs are left out where a logarithm needs them.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,6 +141,10 @@ def roofline(records: pd.DataFrame, copy_TBps: float, tf32_TFLOPs: float, fp32_T
     its roof (the lower of the memory and TF32 roofs at its intensity) the best and the median
     CuTe point come."""
     title = "Roofline: achieved TFLOP/s against arithmetic intensity"
+    roofs = {"copy_TBps": copy_TBps, "tf32_TFLOPs": tf32_TFLOPs, "fp32_TFLOPs": fp32_TFLOPs}
+    bad = {k: v for k, v in roofs.items() if not (isinstance(v, numbers.Real) and math.isfinite(v) and v > 0)}
+    if bad:
+        raise ValueError(f"foxcute.lab.figures.roofline: the roofs must be finite and positive, got {bad}")
     needed = ["layer", "pass", "impl", "time_us", "bytes_moved", "flops"]
     if not _require(records, needed, "roofline"):
         return _no_data(title, "roofline points", path)
