@@ -397,8 +397,10 @@ def chain_errors(outputs: dict[str, Any], inputs: dict[str, dict[str, Any]],
     if reference is None:
         reference = run(inputs, backend="reference")
     given = reference_given(reference, inputs, outputs)
-    measured = {"rel_err per part": rel_errors(outputs, given), "rel_err end to end": rel_errors(outputs, reference),
-                "elem_err per part": elem_errors(outputs, given), "elem_err end to end": elem_errors(outputs, reference)}
+    measured = {"rel_err per part": rel_errors(outputs, given),
+                "rel_err end to end": rel_errors(outputs, reference),
+                "elem_err per part": elem_errors(outputs, given),
+                "elem_err end to end": elem_errors(outputs, reference)}
     return {name: {column: measured[column][name] for column in ERROR_COLUMNS} for name in reference}
 
 
