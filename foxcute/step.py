@@ -29,7 +29,7 @@ import numpy
 
 from . import _layer, curiosity, kan, mamba2, q_denoise, reduction, risk_budget
 from ._arrays import array_kind, check_backend, side_lane
-from .checks import rel_err, to_numpy
+from .checks import elem_err, rel_err, to_numpy
 
 _LAYERS = ("mamba2", "curiosity", "risk_budget", "q_denoise", "kan")
 
@@ -363,10 +363,45 @@ def reference_given(reference: dict[str, Any], inputs: dict[str, dict[str, Any]]
 
 def rel_errors(outputs: dict[str, Any], reference: dict[str, Any]) -> dict[str, float]:
     """||out - ref|| / ||ref|| for every output of the step (foxcute.checks.rel_err)."""
-    if set(outputs) != set(reference):
-        raise ValueError(f"foxcute.step.rel_errors: outputs {sorted(set(outputs) ^ set(reference))} "
-                         f"are not in both results")
+    _check_same_outputs("rel_errors", outputs, reference)
     return {name: rel_err(outputs[name], reference[name]) for name in reference}
+
+
+def elem_errors(outputs: dict[str, Any], reference: dict[str, Any]) -> dict[str, float]:
+    """max |out - ref| / max |ref| for every output of the step (foxcute.checks.elem_err)."""
+    _check_same_outputs("elem_errors", outputs, reference)
+    return {name: elem_err(outputs[name], reference[name]) for name in reference}
+
+
+def _check_same_outputs(function: str, outputs: dict[str, Any], reference: dict[str, Any]) -> None:
+    if set(outputs) != set(reference):
+        raise ValueError(f"foxcute.step.{function}: outputs {sorted(set(outputs) ^ set(reference))} "
+                         f"are not in both results")
+
+
+ERROR_COLUMNS = ("rel_err per part", "rel_err end to end", "elem_err per part", "elem_err end to end")
+
+
+def chain_errors(outputs: dict[str, Any], inputs: dict[str, dict[str, Any]],
+                 reference: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
+    """Every output's error measured two ways, by output name (run's order) and ERROR_COLUMNS:
+    "per part", against the float64 reference given each layer's own inputs (reference_given:
+    a chained layer is fed the values `outputs` gave it), which is how docs/layers.md section
+    8 holds each layer to its tolerance; "end to end", against the whole chain in float64
+    from the same `inputs` (`reference` itself), which is what a trainer's step gets: an
+    upstream rounding error is carried down the chain, and where it moves one of curiosity's
+    ReLU inputs across 0 the gradient changes by that entry's whole value. The two differ
+    only for the outputs of the chained parts (curiosity and the risk head).
+    `inputs`: make_inputs' NumPy inputs (step.to_host of device ones); `reference`:
+    run(inputs, backend="reference") if already computed."""
+    if reference is None:
+        reference = run(inputs, backend="reference")
+    given = reference_given(reference, inputs, outputs)
+    measured = {"rel_err per part": rel_errors(outputs, given),
+                "rel_err end to end": rel_errors(outputs, reference),
+                "elem_err per part": elem_errors(outputs, given),
+                "elem_err end to end": elem_errors(outputs, reference)}
+    return {name: {column: measured[column][name] for column in ERROR_COLUMNS} for name in reference}
 
 
 def check_same_layout(held: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> None:

@@ -4,6 +4,7 @@
   implementations that run them (cute, naive, peers), the errors against float64, PTX digests.
 - timing: CUDA-graph timing with CUDA events, the copy-bandwidth ceiling, memory floors.
 - breakdown: the step's per-kernel table (torch.profiler) and the marginal cost of each part.
+- peer_precision: the torch peers' math with TF32 operands in NumPy, to take their error apart.
 - compare: an A/B of one layer pass between source trees on the GPU.
 - sanitize, profile: one pass at a time for compute-sanitizer, ncu and nsys.
 - runner, provenance: the notebooks through papermill into papermill_runs/, with what ran where.
