@@ -352,7 +352,7 @@ def test_step_records_time_the_compiled_torch_peers_from_a_graph_and_keep_the_sp
 
     def fake_step_function(name, device, precision, impl):
         graph = name in ("cute", "torch_compile", "torch_max_autotune")
-        return (lambda: {"x": np.zeros(2)}), graph
+        return (lambda: {"x": np.ones(2)}), graph
 
     def fake_bench(fn, *, graph, library, **settings):
         graphs[len(graphs)] = graph
@@ -365,7 +365,8 @@ def test_step_records_time_the_compiled_torch_peers_from_a_graph_and_keep_the_sp
     monkeypatch.setattr(step, "to_device", lambda host, library: {})
     monkeypatch.setattr(step, "reference_given", lambda reference, host, outputs: outputs)
     records = breakdown.step_records(SIZES, impls=("cute", "torch_eager", "torch_compile", "torch_max_autotune"),
-                                     reference={})
+                                     reference={"x": np.ones(2)})
+    assert all((r["rel_err"], r["elem_err"], r["rel_err_end_to_end"]) == (0.0, 0.0, 0.0) for r in records)
     assert [r["timing"] for r in records] == [breakdown.GRAPH_REPLAY, "plain calls", breakdown.GRAPH_REPLAY,
                                               breakdown.GRAPH_REPLAY]
     assert all((r["time_us"], r["time_us_p10"], r["time_us_p90"]) == (2.0, pytest.approx(1.2), pytest.approx(2.8))

@@ -33,6 +33,7 @@ import pandas as pd
 
 from .. import step
 from .._arrays import array_kind
+from ..checks import worst
 
 PROFILER = "torch.profiler (CUPTI device activity)"
 BENCH = "timing.bench per part (no kernel events recorded)"
@@ -343,9 +344,13 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
         try:
             fn, graph = _step_function(name, device, precision, impl)
             outputs = fn()
-            errors = step.rel_errors(outputs, step.reference_given(reference, host, outputs))
+            given = step.reference_given(reference, host, outputs)
+            errors = step.rel_errors(outputs, given)
             row["worst_output"] = max(errors, key=errors.get)
             row["rel_err"] = errors[row["worst_output"]]
+            row["elem_err_output"], row["elem_err"] = worst(step.elem_errors(outputs, given))
+            end_to_end = step.rel_errors(outputs, reference)  # the whole chain in float64 from the same inputs
+            row["rel_err_end_to_end_output"], row["rel_err_end_to_end"] = worst(end_to_end)
             if graph:
                 timing.check_graph_replay(lambda: list(fn().values()), library="torch")
             settings = (dict(warmup=0, reps=naive_reps, calls_per_rep=1) if name == "naive"
