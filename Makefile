@@ -9,7 +9,7 @@ VENV_PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 RUN_ARGS ?= --preset auto
 
-.PHONY: test run
+.PHONY: test run lab
 
 $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV)
@@ -24,3 +24,7 @@ test: $(INSTALLED)
 
 run: $(INSTALLED)
 	$(VENV_PYTHON) -m foxcute run $(RUN_ARGS)
+
+# JupyterLab on the notebooks, in the same environment (Jupyter refuses to run as root without --allow-root)
+lab: $(INSTALLED)
+	cd notebooks && ../$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)

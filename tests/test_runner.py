@@ -107,7 +107,8 @@ def test_failures_are_classified_and_partial_notebooks_kept(tmp_path):
     summary = (run_dir / "summary.md").read_text()
     assert "| 01_raises" in summary or "[01_raises]" in summary
     assert "timeout" in summary and "dead_kernel" in summary
-    index = (tmp_path / "runs" / "README.md").read_text()
+    assert not (tmp_path / "runs" / "README.md").exists(), "a run leaves the tracked index to `foxcute index`"
+    index = runner.write_index(tmp_path / "runs").read_text()
     assert f"[{run_dir.name}]({run_dir.name}/summary.md)" in index
 
 

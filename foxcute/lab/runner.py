@@ -456,7 +456,9 @@ def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
         {"provenance": results["provenance"], "records": results["records"],
          "targets": results["targets"]}, indent=2) + "\n")
     (run_dir / "summary.md").write_text(summary_markdown(run_dir.name, manifest, results))
-    write_index(out_dir)
+    # the index (papermill_runs/README.md) and README's results block are tracked files: a run
+    # leaves them alone, so the next run's commit is not "-dirty" with identical sources
     failed = [e["name"] for e in entries if e["status"] != "ok"]
     _log(f"summary: {run_dir / 'summary.md'}" + (f"; NOT ok: {', '.join(failed)}" if failed else "; all ok"))
+    _log("`foxcute index` lists the run in papermill_runs/README.md (and a GPU run in README's results)")
     return (1 if failed else 0), run_dir
