@@ -16,6 +16,7 @@ the kind they were given. Nothing here imports cupy or torch unless such an arra
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -101,6 +102,27 @@ def device_id(x: Any, kind: str) -> int | None:
     return x.device.index if x.device.type == "cuda" else None
 
 
+CHECK_FINITE_ENV = "FOXCUTE_CHECK_FINITE"
+
+
+def non_finite_count(x: Any, kind: str) -> int:
+    """How many entries of x are NaN or inf (a device reduction and one host read for cupy and
+    torch)."""
+    if kind == "numpy":
+        return int(np.count_nonzero(~np.isfinite(x)))
+    if kind == "cupy":
+        import cupy
+
+        return int(cupy.count_nonzero(~cupy.isfinite(x)))
+    import torch
+
+    return int((~torch.isfinite(x)).sum().item())
+
+
+def _size(x: Any) -> int:
+    return int(np.prod(tuple(x.shape)))
+
+
 class Checker:
     """Checks the arguments of one call against each other.
 
@@ -108,11 +130,18 @@ class Checker:
     first sight and demands the same sizes from every later argument, so a mismatch names
     both the argument and the dimension. `gpu=True` demands float32, C-contiguous CUDA
     arrays (cupy or torch), all of one kind and on one device.
+
+    Array values are not read: that would cost a pass over memory and, for device arrays, a
+    host synchronisation on every call. With the environment variable FOXCUTE_CHECK_FINITE=1
+    (read when the Checker is made, so a whole debugging run turns it on without changing a
+    call or a signature) every float array is also scanned for NaN and inf: one reduction and
+    one host read per array, so not for calls inside a CUDA graph capture.
     """
 
     def __init__(self, where: str, *, gpu: bool):
         self.where = where
         self.gpu = gpu
+        self.check_finite = os.environ.get(CHECK_FINITE_ENV, "0") not in ("", "0")
         self.dims: dict[str, int] = {}
         self._dim_source: dict[str, str] = {}
         self.kind: str | None = None
@@ -147,6 +176,11 @@ class Checker:
         if self.gpu and data_ptr(x, kind) % 16:
             raise self.fail(name, "must start on a 16-byte boundary (the kernels load 128 bits "
                                   "at a time); pass a fresh allocation or a copy")
+        if self.check_finite and dtype != "int":
+            bad = non_finite_count(x, kind)
+            if bad:
+                raise self.fail(name, f"holds {bad} non-finite value(s) (NaN or inf) of {_size(x)} "
+                                      f"({CHECK_FINITE_ENV} is set)")
         return x
 
     def _check_dtype(self, name: str, x: Any, kind: str, dtype: str) -> None:

@@ -231,3 +231,43 @@ def test_optional_output_is_checked_or_allocated_by_the_bound_sizes():
     assert chk.output(given, ("M", 7), a) is given
     with pytest.raises(FoxcuteInputError, match="argument 'out' has M=4"):
         chk.output(np.zeros((4, 7), np.float32), ("M", 7), a)
+
+
+FINITE_CALLS = {
+    "mamba2": lambda rng: (mamba2.forward, dict(h_hist=rng.standard_normal((3, 2, 8)), h=rng.standard_normal((3, 8)),
+                                                W_A=rng.standard_normal((8, 4)), W_B=rng.standard_normal((8, 4)),
+                                                W_C=rng.standard_normal((8, 4))), "h_hist"),
+    "q_denoise": lambda rng: (q_denoise.loss_and_grads, dict(q=rng.standard_normal((3, 2)),
+                                                             q_target=rng.standard_normal((3, 2)),
+                                                             W1=rng.standard_normal((4, 2)), b1=rng.standard_normal(4),
+                                                             W2=rng.standard_normal((2, 4)), b2=rng.standard_normal(2)),
+                              "W2"),
+    "column_sum": lambda rng: (column_sum, dict(G=rng.standard_normal((5, 3))), "G"),
+    "kan": lambda rng: (kan.forward, dict(x=rng.standard_normal((3, 2)), C=rng.standard_normal((4, 6)),
+                                          Wb=rng.standard_normal((4, 2))), "C"),
+    "curiosity": lambda rng: (curiosity.forward_backward,
+                              dict(s=rng.standard_normal((3, 4)), a=np.array([0, 1, 0], np.int32),
+                                   s_next=rng.standard_normal((3, 4)), W1=rng.standard_normal((5, 6)),
+                                   b1=rng.standard_normal(5), W2=rng.standard_normal((4, 5)), b2=rng.standard_normal(4)),
+                              "s_next"),
+    "risk_budget": lambda rng: (risk_budget.forward, dict(h=rng.standard_normal((3, 4)), isv=rng.standard_normal(2),
+                                                          e=rng.standard_normal(3), W1=rng.standard_normal((5, 7)),
+                                                          b1=rng.standard_normal(5), w2=rng.standard_normal(5), b2=0.1),
+                                "e"),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(FINITE_CALLS))
+def test_non_finite_values_rejected_only_when_asked(layer, monkeypatch):
+    """FOXCUTE_CHECK_FINITE=1 makes every layer reject NaN/inf in an array, naming it and the
+    count; without it array values are not read (the call goes through)."""
+    fn, kwargs, poisoned = FINITE_CALLS[layer](np.random.default_rng(0))
+    kwargs[poisoned] = kwargs[poisoned].copy()
+    kwargs[poisoned].flat[[0, -1]] = [np.nan, np.inf]
+    monkeypatch.delenv("FOXCUTE_CHECK_FINITE", raising=False)
+    fn(**kwargs)
+    monkeypatch.setenv("FOXCUTE_CHECK_FINITE", "1")
+    with pytest.raises(FoxcuteInputError, match=rf"argument '{poisoned}' holds 2 non-finite value\(s\)"):
+        fn(**kwargs)
+    kwargs[poisoned].flat[[0, -1]] = 0.0
+    fn(**kwargs)
