@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a notebook parameter, parsed by the type of its default; repeatable")
     run.add_argument("--out", type=Path, default=runner.DEFAULT_OUT,
                      help="folder that receives the run folder and the index README.md")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="show papermill's log: every cell's start, end and printed output")
     run.add_argument("--timeout-cell", type=float, default=runner.DEFAULT_CELL_TIMEOUT_S, metavar="S",
                      help="seconds any one cell may run (default %(default)s)")
     index = sub.add_parser("index", help="rebuild papermill_runs/README.md and README.md's results "
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not sys.stderr.isatty():  # CI: papermill streams each cell's output as log lines
+    if getattr(args, "verbose", False):  # papermill logs each cell's start, end and output
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     if args.command == "ptx":
         # a folder of its own for the DSL's kept PTX files: two checkouts hashed at once would

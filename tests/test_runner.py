@@ -269,10 +269,28 @@ def test_summary_and_headline_report_the_launch_floor_and_fixed_costs(tmp_path):
     results = runner.merge_results(tmp_path, prov)
     assert results["fixed_cost"] == [fixed] and results["provenance"]["launch_floor_us"] == 2.9
     manifest = {"notebooks": [{"name": "03_profiling", "status": "ok", "seconds": 1.0}], "provenance": prov}
-    text = runner.summary_markdown("run", manifest, results)
+    text = runner.summary_markdown(tmp_path, manifest, results)
     assert "graph replay of one trivial kernel 2.9 us" in text
     assert "- UTC: u; commit: `abc123`; sources sha256 `f00d` (`foxcute check-run`)" in text
     assert "| kan.backward | cute | 7.5 | 8192 | 10.1 | 2.9 |" in text
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     (tmp_path / "results.json").write_text(json.dumps(results))
     assert "A graph replay of one trivial kernel took 2.9 us there." in runner.headline_markdown(tmp_path)
+
+
+def test_cpu_summary_links_the_newest_gpu_run_and_shows_the_compile_report(tmp_path):
+    gpu_run, cpu_run = tmp_path / "20261201T000000Z_nvidia-h200_abc", tmp_path / "20261202T000000Z_cpu_abc"
+    for folder, gpu in ((gpu_run, "NVIDIA H200"), (cpu_run, None)):
+        folder.mkdir()
+        (folder / "manifest.json").write_text(json.dumps({"notebooks": [], "provenance": {"gpu": gpu}}))
+    (cpu_run / "kernel_report.csv").write_text("module,kernel,ptxas_registers,spill_stores,note\n"
+                                               "column_sum,column_sum_N3,32,0,\n")
+    prov = {"utc": "u", "gpu": None, "git_commit": "abc"}
+    results = {"provenance": prov, "records": [{"layer": "kan", "pass": "forward", "impl": "cute", "params": {},
+                                                "time_us": 7.0, "time_us_p10": 6.5, "time_us_p90": 7.5,
+                                                "floor_us": 0.5, "rel_err": 1e-4, "elem_err": 2e-4,
+                                                "elem_err_output": "y"}], "checks": []}
+    text = runner.summary_markdown(cpu_run, {"notebooks": []}, results)
+    assert f"[{gpu_run.name}](../{gpu_run.name}/summary.md)" in text
+    assert "| column_sum | column_sum_N3 | 32 | 0 |  |" in text
+    assert "| 6.5..7.5 |" in text and "0.0002 (y)" in text

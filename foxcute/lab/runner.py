@@ -240,9 +240,17 @@ def _targets_table(targets: list[dict[str, Any]], not_met: str) -> list[str]:
             *(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else not_met} |" for t in targets)]
 
 
-def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str, Any]) -> str:
+def summary_markdown(run_dir: Path, manifest: dict[str, Any], results: dict[str, Any]) -> str:
+    """The run's summary.md: provenance, notebook statuses, records (median with the 10th-90th
+    percentile spread, floor, errors), targets, fixed costs, the compile report where
+    03_profiling wrote one (kernel_report.csv), checks; a run without a GPU links to the newest
+    GPU run beside it, where the timings are."""
     prov = results["provenance"]
-    lines = [f"# Run {run_name}", ""]
+    lines = [f"# Run {run_dir.name}", ""]
+    newest_gpu = None if prov.get("gpu") else newest_gpu_run(run_dir.parent)
+    if newest_gpu is not None:
+        lines += [f"No GPU in this run: the newest GPU run here is [{newest_gpu.name}]"
+                  f"(../{newest_gpu.name}/summary.md).", ""]
     lines.append(f"- UTC: {prov['utc']}; commit: `{prov.get('git_commit')}`"
                  + (" (dirty)" if prov.get("git_dirty") else "")
                  + (f"; sources sha256 `{prov['source_sha256']}` (`foxcute check-run`)"
@@ -261,14 +269,16 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
         lines.append(f"| [{nb['name']}]({nb['name']}.ipynb) | {nb['status']} | {nb['seconds']} | {err_text} |")
     if results["records"]:
         lines += ["", "## Records", "",
-                  "| layer | pass | impl | params | time_us | floor_us | time/floor | rel_err |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| layer | pass | impl | params | time_us | p10..p90 | floor_us | time/floor | rel_err | elem_err |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in results["records"]:
             ratio = r["time_us"] / r["floor_us"] if r.get("time_us") and r.get("floor_us") else None
             params = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items())
             err = f"error: {r['error'].split(':')[0]}" if r.get("error") else _fmt(r.get("rel_err"))
+            spread = f"{_fmt(r['time_us_p10'])}..{_fmt(r['time_us_p90'])}" if r.get("time_us_p10") is not None else "-"
+            elem = _fmt(r.get("elem_err")) + (f" ({r['elem_err_output']})" if r.get("elem_err_output") else "")
             lines.append(f"| {r['layer']} | {r['pass']} | {r['impl']} | {params} | {_fmt(r.get('time_us'))} "
-                         f"| {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {err} |")
+                         f"| {spread} | {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {err} | {elem} |")
     targets = results.get("targets", [])
     if targets:
         lines += ["", "## Performance targets (measured, not asserted)", "",
@@ -280,6 +290,16 @@ def summary_markdown(run_name: str, manifest: dict[str, Any], results: dict[str,
                   "|---|---|---|---|---|---|",
                   *(f"| {f['case']} | {f['impl']} | {_fmt(f['batch_1_us'])} | {f['batch']} "
                     f"| {_fmt(f.get('batch_us'))} | {_fmt(f.get('launch_floor_us'))} |" for f in fixed)]
+    report = run_dir / "kernel_report.csv"
+    if report.exists():
+        import csv
+
+        rows = list(csv.DictReader(report.open()))
+        columns = [c for c in ("module", "kernel", "ptxas_registers", "spill_stores", "ld_global_128bit",
+                               "mma_sync_tf32", "wgmma_tf32", "ld_st_local", "note") if rows and c in rows[0]]
+        lines += ["", "## Compile report (every kernel compiled for sm_90a, kernel_report.csv)", "",
+                  "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+                  *("| " + " | ".join(row[c] for c in columns) + " |" for row in rows)]
     if results["checks"]:
         failed = [c for c in results["checks"] if not c.get("ok")]
         lines += ["", "## Checks", "", f"{len(results['checks'])} checks, {len(failed)} failed."]
@@ -455,7 +475,7 @@ def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
     (run_dir / "results.json").write_text(json.dumps(
         {"provenance": results["provenance"], "records": results["records"],
          "targets": results["targets"]}, indent=2) + "\n")
-    (run_dir / "summary.md").write_text(summary_markdown(run_dir.name, manifest, results))
+    (run_dir / "summary.md").write_text(summary_markdown(run_dir, manifest, results))
     # the index (papermill_runs/README.md) and README's results block are tracked files: a run
     # leaves them alone, so the next run's commit is not "-dirty" with identical sources
     failed = [e["name"] for e in entries if e["status"] != "ok"]
