@@ -82,3 +82,17 @@ def disassemble(cubin) -> str:
     if command is None:
         pytest.skip("no SASS disassembler (nvdisasm / cuobjdump) installed")
     return subprocess.run([*command, str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+# A step small enough for the float64 reference in a blink (tests/test_step_reference.py,
+# tests/test_errors.py): its sizes, and its inputs with the reference outputs (seed 7).
+SMALL_STEP = dict(B=6, K=3, SH2=10, D=4, Q=5, A_q=5, H_q=7, A=3, H_c=9, I_risk=4, H_risk=6, I_kan=3, O_kan=4,
+                  G_kan=5, H_iqn=11)
+
+
+@pytest.fixture(scope="module")
+def ran():
+    from foxcute import step
+
+    inputs = step.make_inputs(step.StepSizes(**SMALL_STEP), np.random.default_rng(7))
+    return inputs, step.run(inputs)

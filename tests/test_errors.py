@@ -84,14 +84,6 @@ def test_output_elem_errors_measure_dsigma_as_output_errors_does(rng):
     assert errors["dh"] == 0.0
 
 
-SIZES = step.StepSizes(B=6, K=3, SH2=10, D=4, Q=5, A_q=5, H_q=7, A=3, H_c=9, I_risk=4, H_risk=6,
-                       I_kan=3, O_kan=4, G_kan=5, H_iqn=11)
-
-
-@pytest.fixture(scope="module")
-def ran():
-    inputs = step.make_inputs(SIZES, np.random.default_rng(7))
-    return inputs, step.run(inputs)
 
 
 def test_chain_errors_of_the_float64_chain_against_itself_are_zero(ran):

@@ -5,16 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import SMALL_STEP
 from foxcute import BackendError, curiosity, risk_budget, step
 
-SIZES = step.StepSizes(B=6, K=3, SH2=10, D=4, Q=5, A_q=5, H_q=7, A=3, H_c=9, I_risk=4, H_risk=6,
-                       I_kan=3, O_kan=4, G_kan=5, H_iqn=11)
-
-
-@pytest.fixture(scope="module")
-def ran():
-    inputs = step.make_inputs(SIZES, np.random.default_rng(7))
-    return inputs, step.run(inputs)
+SIZES = step.StepSizes(**SMALL_STEP)
 
 
 def test_defaults_are_the_trainers():
