@@ -233,10 +233,7 @@ def output_errors(case: Case, inputs: dict[str, Any], outputs: list[Any], refere
     (foxcute.checks.rel_err), except Mamba2's dsigma, a sum of B*K*D signed terms that can
     cancel by orders of magnitude: |got - ref| / max(|ref|, the terms' 2-norm) (see
     foxcute.mamba2.dsigma_term_norm). Keys are the case's output names."""
-    errors = {name: rel_err(o, r) for name, o, r in zip(case.outputs, outputs, reference)}
-    if (case.layer, case.pass_) == ("mamba2", "backward"):
-        errors["dsigma"] = _dsigma_error(case, inputs, outputs, reference)
-    return errors
+    return _per_output(rel_err, case, inputs, outputs, reference)
 
 
 def output_elem_errors(case: Case, inputs: dict[str, Any], outputs: list[Any],
@@ -246,7 +243,13 @@ def output_elem_errors(case: Case, inputs: dict[str, Any], outputs: list[Any],
     (foxcute.checks.elem_err). Mamba2's dsigma is one number, whose element-wise error is its
     norm-wise one: output_errors' measure. Keys are the case's output names; the record's
     "elem_err" and "elem_err_output" are foxcute.checks.worst of this dict."""
-    errors = {name: elem_err(o, r) for name, o, r in zip(case.outputs, outputs, reference)}
+    return _per_output(elem_err, case, inputs, outputs, reference)
+
+
+def _per_output(measure: Callable[[Any, Any], float], case: Case, inputs: dict[str, Any], outputs: list[Any],
+                reference: list[Any]) -> dict[str, float]:
+    """`measure(out, ref)` for each output by name; Mamba2's dsigma by _dsigma_error instead."""
+    errors = {name: measure(o, r) for name, o, r in zip(case.outputs, outputs, reference)}
     if (case.layer, case.pass_) == ("mamba2", "backward"):
         errors["dsigma"] = _dsigma_error(case, inputs, outputs, reference)
     return errors

@@ -344,13 +344,11 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
         try:
             fn, graph = _step_function(name, device, precision, impl)
             outputs = fn()
-            given = step.reference_given(reference, host, outputs)
-            errors = step.rel_errors(outputs, given)
-            row["worst_output"] = max(errors, key=errors.get)
-            row["rel_err"] = errors[row["worst_output"]]
-            row["elem_err_output"], row["elem_err"] = worst(step.elem_errors(outputs, given))
-            end_to_end = step.rel_errors(outputs, reference)  # the whole chain in float64 from the same inputs
-            row["rel_err_end_to_end_output"], row["rel_err_end_to_end"] = worst(end_to_end)
+            errors = step.chain_errors(outputs, host, reference)
+            column = lambda name: {output: e[name] for output, e in errors.items()}  # noqa: E731
+            row["worst_output"], row["rel_err"] = worst(column("rel_err per part"))
+            row["elem_err_output"], row["elem_err"] = worst(column("elem_err per part"))
+            row["rel_err_end_to_end_output"], row["rel_err_end_to_end"] = worst(column("rel_err end to end"))
             if graph:
                 timing.check_graph_replay(lambda: list(fn().values()), library="torch")
             settings = (dict(warmup=0, reps=naive_reps, calls_per_rep=1) if name == "naive"
