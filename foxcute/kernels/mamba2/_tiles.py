@@ -1,12 +1,13 @@
 """What both fused Mamba2 kernels trace: the CTA's geometry, the tiled MMA of their
 products and the shared-memory layouts it reads (row pitches, the K-pair views), the MMA over
 shared-memory operands (_mma_smem), the c product by FFMA (_StateProduct), and the 128-bit
-row copies between global memory, registers and shared memory (_TileCopies)."""
+row copies between global memory, registers and shared memory (_TileCopies); and the CTA's
+fixed-order sum of dsigma (store_cta_sum) that the fused backward and the seed scan share."""
 
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Callable
 
 import cutlass
 import cutlass.cute as cute
@@ -330,3 +331,20 @@ class _TileCopies:
         for i, r, q in self.wt_vectors():
             for e in cutlass.range_constexpr(4):
                 dst[4 * q + e, r] = tf32_operand(regs[e, i])
+
+
+@cute.jit
+def store_cta_sum(value: Float32, sRed: cute.Tensor, tid: Int32, store: Callable):
+    """The CTA's sum of `value` over its THREADS threads in a fixed order (each warp's shuffle
+    sum, then thread 0 adds the warps' sums in warp order through sRed [THREADS // 32]);
+    thread 0 passes it to store(total). Bit-identical from run to run. Ends after a barrier
+    that every thread reaches."""
+    warp_sum = cute.arch.warp_reduction(value, operator.add)
+    if tid % 32 == 0:
+        sRed[tid // 32] = warp_sum
+    cute.arch.barrier()
+    if tid == 0:
+        total = sRed[0]
+        for i in cutlass.range_constexpr(1, THREADS // 32):
+            total = total + sRed[i]
+        store(total)

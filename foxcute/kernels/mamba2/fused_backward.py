@@ -17,7 +17,7 @@ from .._mma import store_pair, warp_mma
 from .._tf32 import tf32_operand
 from ._sigmoid import _sigmoid, _sigmoid_slope
 from ._tiles import (CHUNK, SMEM_PER_SM, THREADS, TILE_ROWS, _k_order_view, _k_pairs_view, _mma_smem,
-                     _pair_pitch, _slots, _StateProduct, _store_accumulators, _TileCopies, _w_pitch)
+                     _pair_pitch, _slots, _StateProduct, _store_accumulators, _TileCopies, _w_pitch, store_cta_sum)
 
 
 def _partial_width(SH2: int, D: int) -> int:
@@ -743,14 +743,10 @@ class FusedBackward(_TileCopies):
         # dsigma: this CTA's sum, reduced in a fixed order
         if const_expr(self.tf32):
             dsigma = sDsigma[tid]
-        warp_sum = cute.arch.warp_reduction(dsigma, operator.add)
-        if tid % 32 == 0:
-            sRed[tid // 32] = warp_sum
-        cute.arch.barrier()
-        if tid == 0:
-            total = sRed[0]
-            for i in cutlass.range_constexpr(1, THREADS // 32):
-                total = total + sRed[i]
+
+        def store_dsigma(total):
             mP[cta, self.L - 1] = total
             for pad in cutlass.range_constexpr(self.L, self.width):  # summed too: keep them zero
                 mP[cta, pad] = Float32(0.0)
+
+        store_cta_sum(dsigma, sRed, tid, store_dsigma)

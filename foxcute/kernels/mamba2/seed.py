@@ -12,7 +12,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from ._sigmoid import _sigmoid, _sigmoid_slope
-from ._tiles import THREADS
+from ._tiles import THREADS, store_cta_sum
 
 
 class SeedScanForward:
@@ -162,12 +162,8 @@ class SeedScanBackward:
             mDC[b, s] = dctx * x * Float32(1.0 / D)
             if s == 0:
                 mCtx[b] = ctx
-        warp_sum = cute.arch.warp_reduction(dsigma, operator.add)
-        if tid % 32 == 0:
-            sRed[tid // 32] = warp_sum
-        cute.arch.barrier()
-        if tid == 0:
-            total = sRed[0]
-            for i in cutlass.range_constexpr(1, THREADS // 32):
-                total = total + sRed[i]
+
+        def store_dsigma(total):
             mDsig[bid] = total
+
+        store_cta_sum(dsigma, sRed, tid, store_dsigma)
