@@ -48,3 +48,23 @@ def test_ptx_digests_name_every_kernel_of_the_modules_asked_for(capsys):
                             for k in importlib.import_module(f"foxcute.kernels.{m}").compiled_for_ci()}
     assert all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests.values())
     assert len(set(digests.values())) == len(digests)  # distinct kernels, distinct code
+
+
+def test_compile_report_compiles_modules_in_workers_and_keeps_module_order():
+    """03_profiling's report: each module compiled in a spawned worker; the rows come back in
+    the order asked for whatever order the workers finish in, a module that cannot compile
+    gives one row saying why, and every module gets one progress line."""
+    from foxcute.lab import benchmarks
+
+    lines = []
+    rows = benchmarks.compile_report(["risk_budget", "no_such_module", "naive_column_sum"], workers=2,
+                                     progress=lines.append)
+    kernels = {m: list(importlib.import_module(f"foxcute.kernels.{m}").compiled_for_ci())
+               for m in ("risk_budget", "naive_column_sum")}
+    assert [(r["module"], r["kernel"]) for r in rows] == (
+        [("risk_budget", k) for k in kernels["risk_budget"]] + [("no_such_module", "-")]
+        + [("naive_column_sum", k) for k in kernels["naive_column_sum"]])
+    assert rows[len(kernels["risk_budget"])]["note"].startswith("compile failed: ModuleNotFoundError")
+    compiled = [r for r in rows if not r["note"]]
+    assert all(r["ptxas_registers"] > 0 and r["ld_st_local"] == 0 for r in compiled)
+    assert len(lines) == 3 and sum("no_such_module" in line for line in lines) == 1

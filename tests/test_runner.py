@@ -112,6 +112,51 @@ def test_failures_are_classified_and_partial_notebooks_kept(tmp_path):
     assert f"[{run_dir.name}]({run_dir.name}/summary.md)" in index
 
 
+def test_a_run_cut_off_from_outside_still_says_what_finished(tmp_path):
+    """The runner writes its record before each notebook: killed (SIGKILL, as a time limit
+    does) during the second notebook, the folder holds the first one's results, the second
+    marked running, the third not run, and the run incomplete, which README's results skip."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    nb_dir = tmp_path / "nb"
+    nb_dir.mkdir()
+    write_notebook(nb_dir, "00_ok", "import json, pathlib\n"
+                   "pathlib.Path(output_dir, 'results_00_ok.json').write_text(json.dumps({'records': ["
+                   "{'layer': 'l', 'impl': 'i', 'pass': 'p', 'params': {}, 'time_us': 2.0}]}))")
+    write_notebook(nb_dir, "01_sleeps", "import time\ntime.sleep(600)")
+    write_notebook(nb_dir, "02_never", "pass")
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from foxcute.lab import runner; "
+                             f"runner.run(preset='cpu', out_dir=Path({str(out)!r}), notebook_dir=Path({str(nb_dir)!r}), "
+                             "progress_bar=False)"], cwd=Path(runner.__file__).parents[2])
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            manifests = list(out.glob("*/manifest.json"))
+            if manifests and '"01_sleeps",\n      "status": "running"' in manifests[0].read_text():
+                break
+            assert proc.poll() is None, "the runner stopped before the second notebook started"
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the second notebook never started")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    run_dir = manifests[0].parent
+    manifest = json.loads(manifests[0].read_text())
+    assert manifest["complete"] is False
+    assert [(nb["name"], nb["status"]) for nb in manifest["notebooks"]] == [
+        ("00_ok", "ok"), ("01_sleeps", "running"), ("02_never", "not run")]
+    assert json.loads((run_dir / "results.json").read_text())["records"][0]["time_us"] == 2.0
+    assert "**Incomplete**" in (run_dir / "summary.md").read_text()
+    manifest["provenance"]["gpu"] = "NVIDIA H200"  # even a GPU run is not README's while incomplete
+    manifests[0].write_text(json.dumps(manifest))
+    assert runner.newest_gpu_run(out) is None
+
+
 def test_run_folder_name_says_device_and_commit():
     prov = {"utc": "2026-11-29T12:00:00Z", "gpu": "NVIDIA H200", "git_commit": "0123456789abcdef", "git_dirty": True}
     assert runner.run_folder_name(prov) == "20261129T120000Z_nvidia-h200_01234567-dirty"

@@ -606,3 +606,57 @@ def cubin_registers(cubin: bytes) -> list[int]:
             else:  # EIFMT_NVAL (no value) takes 2 bytes, EIFMT_HVAL/BVAL 4
                 p += 2 if fmt == 0x01 else 4
     return counts
+
+
+def module_report(name: str) -> tuple[str, float, list[dict[str, Any]]]:
+    """(name, seconds, rows): kernel module `name`'s compiled_for_ci() compiled (PTX, cubin
+    and ptxas' report kept) and each kernel's `ptx_facts`, its kernel classes and the
+    module's compile time as one row; a module that fails to compile gives one row whose
+    "note" says why. A top-level function, so a spawned worker process can run it."""
+    import time
+
+    from .breakdown import short_kernel_name
+
+    start = time.perf_counter()
+    try:
+        compiled = importlib.import_module(f"foxcute.kernels.{name}").compiled_for_ci()
+    except Exception as exc:  # the report names it; the other modules still compile
+        return name, time.perf_counter() - start, [
+            {"module": name, "kernel": "-", "note": f"compile failed: {type(exc).__name__}: {exc}"}]
+    seconds = time.perf_counter() - start
+    rows = []
+    for kernel_name, fn in compiled.items():
+        classes = sorted({short_kernel_name(k) for k in (getattr(fn, "kernel_info", None) or {})})
+        rows.append({"module": name, "kernel": kernel_name, "kernel class": ", ".join(classes),
+                     **ptx_facts(fn), "module compile s": round(seconds, 2), "note": ""})
+    return name, seconds, rows
+
+
+def compile_report(modules: list[str] | None = None, workers: int | None = None,
+                   progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """`module_report` of every kernel module (all of kernel_modules(), or `modules`), each in
+    a worker process of its own (spawned: cute.compile is neither thread-safe nor quick, and
+    the modules are independent), at most `workers` at once (default: one per CPU core).
+    `progress` gets one line per module as it finishes; the rows come back in module order.
+    The wall time is about that of the slowest module (gemm's 25 kernels) instead of the sum."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    names = list(modules or kernel_modules())
+    workers = max(1, min(len(names), workers or os.cpu_count() or 1))
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(module_report, name): name for name in names}
+        for future in as_completed(futures):
+            name = futures[future]
+            try:
+                _, seconds, rows = future.result()
+            except Exception as exc:  # the worker died (e.g. out of memory): reported like a failed compile
+                seconds, rows = float("nan"), [{"module": name, "kernel": "-",
+                                                "note": f"worker failed: {type(exc).__name__}: {exc}"}]
+            by_name[name] = rows
+            done = f"({len(by_name)} of {len(names)} modules)"
+            progress(f"{name}: {rows[0]['note']} {done}" if rows[0]["note"] else
+                     f"compiled {name}: {len(rows)} kernel(s) in {seconds:.1f} s {done}")
+    return [row for name in names for row in by_name[name]]

@@ -3,10 +3,13 @@
 A run folder papermill_runs/<utc>_<gpu-or-cpu>_<commit>/ holds each executed notebook (kept,
 partial, when it failed), the side files the notebooks wrote (results_<notebook>.json, CSV,
 PNG), and what the runner makes of them:
-  manifest.json  each notebook's status and seconds, the parameters, the provenance
+  manifest.json  each notebook's status ("ok", how it failed, or "running" and "not run" in a
+                 run cut off from outside) and seconds, whether the run is complete, the
+                 parameters, the provenance; written before each notebook and at the end
   results.json   {"provenance": {...}, "records": [...]}: every notebook's records merged
   summary.md     a headline table of the records and the notebook statuses
-papermill_runs/README.md is regenerated after every run: an index of all run folders.
+`foxcute index` writes papermill_runs/README.md, an index of all run folders, and README's
+results block from the newest complete GPU run.
 
 Parameters are typed: a preset is a dict of Python values, and a `--param name=value` string
 is parsed by the type of that parameter's default in the notebook (papermill's own -p guesses
@@ -261,12 +264,15 @@ def summary_markdown(run_dir: Path, manifest: dict[str, Any], results: dict[str,
                  f"{_fmt(prov.get('launch_floor_us'))} us")
     versions = ", ".join(f"{k} {v}" for k, v in prov.get("packages", {}).items() if v)
     lines += [f"- Packages: {versions}", "", "## Notebooks", "",
+              *([] if manifest.get("complete", True) else
+                ["**Incomplete**: the run was cut off from outside (a time limit) while a notebook was "
+                 "running; what is below is what had finished.", ""]),
               "| notebook | status | seconds | error |", "|---|---|---|---|"]
     for nb in manifest["notebooks"]:
         err = nb.get("error")
         err_text = f"{err.get('ename')} (cell {err['cell_index']})" if err and "cell_index" in err \
             else (err.get("ename") if err else "")
-        lines.append(f"| [{nb['name']}]({nb['name']}.ipynb) | {nb['status']} | {nb['seconds']} | {err_text} |")
+        lines.append(f"| [{nb['name']}]({nb['name']}.ipynb) | {nb['status']} | {nb.get('seconds', '-')} | {err_text} |")
     if results["records"]:
         lines += ["", "## Records", "",
                   "| layer | pass | impl | params | time_us | p10..p90 | floor_us | time/floor | rel_err | elem_err |",
@@ -412,7 +418,7 @@ def headline_markdown(run_dir: Path) -> str:
 
 def newest_gpu_run(out_dir: Path) -> Path | None:
     runs = [m.parent for m in sorted(out_dir.glob("*/manifest.json"))
-            if json.loads(m.read_text())["provenance"].get("gpu")]
+            if (manifest := json.loads(m.read_text()))["provenance"].get("gpu") and manifest.get("complete", True)]
     return runs[-1] if runs else None
 
 
@@ -427,6 +433,23 @@ def update_readme(readme: Path, out_dir: Path) -> bool:
     _, tail = rest.split(README_END, 1)
     readme.write_text(f"{head}{README_BEGIN}\n{headline_markdown(run_dir)}{README_END}{tail}")
     return True
+
+
+def write_run_record(run_dir: Path, preset_name: str, entries: list[dict[str, Any]],
+                     parameters: dict[str, dict[str, Any]], prov: dict[str, Any], *, complete: bool) -> None:
+    """manifest.json, results.json and summary.md of the run so far. Written before each
+    notebook starts and once more at the end, so a run cut off from outside (a time limit's
+    SIGKILL) still says what finished, what was running and what never ran, with its
+    provenance; `complete` is False until the last notebook has returned, and `foxcute
+    index` takes only complete runs for README's results."""
+    results = merge_results(run_dir, prov)
+    manifest = {"preset": preset_name, "complete": complete, "notebooks": entries, "parameters": parameters,
+                "provenance": results["provenance"]}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (run_dir / "results.json").write_text(json.dumps(
+        {"provenance": results["provenance"], "records": results["records"],
+         "targets": results["targets"]}, indent=2) + "\n")
+    (run_dir / "summary.md").write_text(summary_markdown(run_dir, manifest, results))
 
 
 def _log(message: str) -> None:
@@ -457,25 +480,20 @@ def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
     run_dir.mkdir(parents=True)
     _log(f"preset {preset_name}; {len(selected)} notebook(s) -> {run_dir}")
 
-    entries, parameters = [], {}
-    for nb in selected:
+    entries = [{"name": nb.stem, "status": "not run"} for nb in selected]
+    parameters: dict[str, dict[str, Any]] = {}
+    for i, nb in enumerate(selected):
         params = notebook_parameters(declared[nb.stem], PRESETS[preset_name], overrides, run_dir)
         parameters[nb.stem] = params
+        entries[i] = {"name": nb.stem, "status": "running"}
+        write_run_record(run_dir, preset_name, entries, parameters, prov, complete=False)
         _log(f"{nb.stem}: running")
         entry = execute(nb, run_dir / nb.name, params, cell_timeout_s=cell_timeout_s,
                         progress_bar=progress_bar, cwd=run_dir)
-        entries.append(entry)
+        entries[i] = entry
         detail = f" ({entry['error']['ename']}: {entry['error'].get('evalue', '')})" if "error" in entry else ""
         _log(f"{nb.stem}: {entry['status']} in {entry['seconds']} s{detail}")
-
-    results = merge_results(run_dir, prov)
-    manifest = {"preset": preset_name, "notebooks": entries, "parameters": parameters,
-                "provenance": results["provenance"]}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (run_dir / "results.json").write_text(json.dumps(
-        {"provenance": results["provenance"], "records": results["records"],
-         "targets": results["targets"]}, indent=2) + "\n")
-    (run_dir / "summary.md").write_text(summary_markdown(run_dir, manifest, results))
+    write_run_record(run_dir, preset_name, entries, parameters, prov, complete=True)
     # the index (papermill_runs/README.md) and README's results block are tracked files: a run
     # leaves them alone, so the next run's commit is not "-dirty" with identical sources
     failed = [e["name"] for e in entries if e["status"] != "ok"]
