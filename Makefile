@@ -19,8 +19,12 @@ $(INSTALLED): pyproject.toml | $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install -e ".[test,lab]"
 	touch $@
 
+# one test process per core (CI has 2): the compile-bound tests of one file share a process and
+# its compiled kernels (--dist loadfile)
+TEST_WORKERS ?= auto
+
 test: $(INSTALLED)
-	$(VENV_PYTHON) -m pytest
+	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 run: $(INSTALLED)
 	$(VENV_PYTHON) -m foxcute run $(RUN_ARGS)
