@@ -44,8 +44,8 @@ Safety.
   deletes an entry another process has just rewritten costs that process a recompile.
 - Compiles with PTX kept (`keep=True`, CI's checks) are never stored, so never loaded.
 
-Location: FOXCUTE_CACHE_DIR, else $XDG_CACHE_HOME/foxcute, else ~/.cache/foxcute.
-FOXCUTE_CACHE=0 turns the cache off. `foxcute cache info` / `foxcute cache clear`.
+Location: kernels/ in FOXCUTE_CACHE_DIR, else in $XDG_CACHE_HOME/foxcute, else in
+~/.cache/foxcute. FOXCUTE_CACHE=0 turns the cache off. `foxcute cache info` / `foxcute cache clear`.
 Entries are never evicted: `clear` empties the folder (a step's kernels take a few MB).
 """
 
@@ -78,15 +78,18 @@ class CompileCacheWarning(UserWarning):
     """A cache entry was unusable (deleted, to be compiled again) or could not be written."""
 
 
-def cache_dir() -> Path | None:
-    """The cache folder, or None where FOXCUTE_CACHE=0. Read at each call."""
-    if os.environ.get("FOXCUTE_CACHE", "1") == "0":
-        return None
+def enabled() -> bool:
+    """False where FOXCUTE_CACHE=0. Read at each call, as is cache_dir."""
+    return os.environ.get("FOXCUTE_CACHE", "1") != "0"
+
+
+def cache_dir() -> Path:
+    """The entries' folder: kernels/ in foxcute's cache folder (which the CUTLASS peer's
+    builds share, in cutlass_gemm/)."""
     chosen = os.environ.get("FOXCUTE_CACHE_DIR")
-    if chosen:
-        return Path(chosen)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "foxcute"
+    root = Path(chosen) if chosen else (Path(xdg) if xdg else Path.home() / ".cache") / "foxcute"
+    return root / "kernels"
 
 
 def dsl_version() -> str:
@@ -156,9 +159,9 @@ def entry_path(folder: Path, digest: str) -> Path:
 def store(module: str, key: tuple, compiled: Any) -> Path | None:
     """Write `compiled` (from cute.compile) as the entry for (module, key); returns its path,
     None where the cache is off or the write failed (a CompileCacheWarning says why)."""
-    folder = cache_dir()
-    if folder is None:
+    if not enabled():
         return None
+    folder = cache_dir()
     digest, fields = entry_header(module, key)
     prefix = f"foxcute_{digest[:16]}"  # the object's symbol prefix: a C identifier
     try:
@@ -186,14 +189,17 @@ def store(module: str, key: tuple, compiled: Any) -> Path | None:
 def load(module: str, key: tuple) -> Any:
     """The stored kernel for (module, key) as a callable like cute.compile's, or None where
     there is none (or the cache is off). An unusable entry is deleted (CompileCacheWarning)."""
-    folder = cache_dir()
-    if folder is None:
+    if not enabled():
         return None
+    folder = cache_dir()
     digest, fields = entry_header(module, key)
     path = entry_path(folder, digest)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        return None
+    except OSError as exc:  # an unreadable folder or file: compile, and leave it be
+        warnings.warn(f"foxcute compile cache: could not read {path}: {exc}", CompileCacheWarning, stacklevel=2)
         return None
     try:
         header_line, obj = data.split(b"\n", 1)
@@ -224,18 +230,19 @@ def _link(obj: bytes, prefix: str) -> Any:
 
 
 def info() -> dict[str, Any]:
-    """Where the cache is, how many entries and bytes it holds, and this DSL's version."""
+    """Where the cache is, whether it is on, how many entries and bytes it holds, and this
+    DSL's version."""
     folder = cache_dir()
-    entries = sorted(folder.glob(f"*{SUFFIX}")) if folder is not None and folder.is_dir() else []
-    return {"dir": None if folder is None else str(folder), "enabled": folder is not None,
-            "entries": len(entries), "bytes": sum(p.stat().st_size for p in entries), "dsl": dsl_version()}
+    entries = sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
+    return {"dir": str(folder), "enabled": enabled(), "entries": len(entries), "bytes": sum(p.stat().st_size for p in entries), "dsl": dsl_version()}
 
 
 def clear() -> int:
     """Delete every entry (and leftover temporary file) in the cache folder; returns how many
-    entries there were. Processes running meanwhile compile again what they miss."""
+    entries there were (FOXCUTE_CACHE=0 or not). Processes running meanwhile compile again
+    what they miss."""
     folder = cache_dir()
-    if folder is None or not folder.is_dir():
+    if not folder.is_dir():
         return 0
     removed = 0
     for path in folder.iterdir():
