@@ -21,7 +21,7 @@ pytest.importorskip("cutlass")
 
 from foxcute import cli  # noqa: E402
 from foxcute.kernels import _compile_cache as cc  # noqa: E402
-from foxcute.kernels import _cute, column_sum  # noqa: E402
+from foxcute.kernels import _cute, column_sum, q_denoise  # noqa: E402, F401 (q_denoise: a second module name)
 
 MODULE = "foxcute.kernels.column_sum"
 KEY = (3, False, False)  # column_sum's key: N=3, not kept, not dependent
@@ -316,7 +316,7 @@ def test_a_writer_that_dies_mid_write_leaves_the_old_entry_or_none(cache, crash_
     yet renamed) leaves no partial entry: readers see the previous entry, or none."""
     code = f"""
         import os, sys
-        from foxcute.kernels import _compile_cache as cc
+        from foxcute.kernels import _compile_cache as cc, column_sum
 
         class Fake:
             def dump_to_object(self, prefix):
@@ -362,7 +362,7 @@ def test_concurrent_writers_never_show_a_partial_entry(cache):
     finds the whole of one writer's entry; one entry and no temporary file remain."""
     code = """
         import sys
-        from foxcute.kernels import _compile_cache as cc
+        from foxcute.kernels import _compile_cache as cc, column_sum
 
         class Fake:
             def __init__(self, payload):
