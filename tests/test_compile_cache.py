@@ -21,7 +21,8 @@ pytest.importorskip("cutlass")
 
 from foxcute import cli  # noqa: E402
 from foxcute.kernels import _compile_cache as cc  # noqa: E402
-from foxcute.kernels import _cute, column_sum, q_denoise  # noqa: E402, F401 (q_denoise: a second module name)
+from foxcute.kernels import _cute, column_sum  # noqa: E402
+from foxcute.kernels import q_denoise  # noqa: E402, F401 (imported: a key needs its module loaded)
 
 MODULE = "foxcute.kernels.column_sum"
 KEY = (3, False, False)  # column_sum's key: N=3, not kept, not dependent

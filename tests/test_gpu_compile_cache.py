@@ -36,3 +36,35 @@ def test_a_warm_cache_loads_every_kernel_and_gives_the_same_bits(tmp_path):
         for name in ("cold", "warm"):
             got = results[name][output]
             assert (got.dtype, got.shape, got.tobytes()) == (want.dtype, want.shape, want.tobytes()), (name, output)
+
+
+def test_a_loaded_kernel_gives_the_compiled_ones_bits_at_the_same_host_cost(tmp_path, monkeypatch):
+    """column_sum N=3 compiled, stored and loaded back in this process: the loaded kernel,
+    called through column_sum's own launch code, gives the compiled one's bits, and a call
+    costs the host about as much (the same class and call path: printed, 1.5x allowed)."""
+    import time
+
+    torch = pytest.importorskip("torch")
+    from foxcute.kernels import _compile_cache, _cute, column_sum
+
+    monkeypatch.delenv("FOXCUTE_CACHE", raising=False)
+    monkeypatch.setenv("FOXCUTE_CACHE_DIR", str(tmp_path))
+    compiled = _cute.compile_kernel(column_sum._config(3), *column_sum.compile_args())
+    assert _compile_cache.store(column_sum.__name__, (3, False, False), compiled) is not None
+    loaded = _compile_cache.load(column_sum.__name__, (3, False, False))
+    assert loaded.load_from_binary and not compiled.load_from_binary
+    G = torch.randn(100_003, 3, device="cuda")
+    results, per_call = {}, {}
+    for name, fn in (("compiled", compiled), ("loaded", loaded)):
+        monkeypatch.setattr(column_sum, "_compile", lambda n, keep=False, dependent=False, fn=fn: fn)
+        results[name] = column_sum.column_sum(G).cpu()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(2000):
+            column_sum.column_sum(G)
+        per_call[name] = (time.perf_counter() - start) / 2000
+        torch.cuda.synchronize()
+    print(f"\nhost time per column_sum call: compiled {per_call['compiled'] * 1e6:.1f} us, "
+          f"loaded {per_call['loaded'] * 1e6:.1f} us")
+    assert torch.equal(results["loaded"].view(torch.int32), results["compiled"].view(torch.int32))
+    assert per_call["loaded"] <= 1.5 * per_call["compiled"]
