@@ -9,7 +9,7 @@ Compiling: each kernel module keeps a `CompiledCache(__name__)` and asks it for 
 its static parameters with `get(key, build)`, `build` calling `compile_kernel`. A kernel is
 compiled once per process, and once per machine: the cache stores what it compiles on disk
 (_compile_cache: keyed by the module, the key, the kernel sources, the DSL version, the
-arch and the compile options) and a new process loads it instead of compiling (~1 ms
+arch and the compile options) and a new process loads it instead of compiling (a few ms
 against 0.1-3 s a kernel). FOXCUTE_CACHE=0 turns the disk part off.
 """
 
