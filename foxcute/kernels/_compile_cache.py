@@ -4,11 +4,15 @@ CPU box (68 kernels in 0.23 s) against 0.1-3 s to compile on the GPU machine.
 
 Mechanism (nvidia-cutlass-dsl 4.8.1). `JitCompiledFunction.dump_to_object(prefix)` gives
 the ELF object that `export_to_c` writes (host launch code, the cubin embedded, metadata
-with the function's signature and the DSL version); `cute.runtime.load_module(path)[prefix]`
-links it back into a `CudaDialectJitCompiledFunction`, the class `cute.compile` returns,
-so a loaded kernel takes the same arguments (raw pointers, Int32, cuda.CUstream) through
-the same call path as a compiled one. Dumping and loading need no GPU (nor the runtime
-library preloaded, which `export_to_c` was noted to need); calling does. Dumping adds
+with the function's signature and the DSL version) without its C header: `export_to_c`
+itself fails on foxcute's kernels, its header generator rejecting the unannotated `stream`
+argument ("Unsupported argument for c function argument generation: stream = <CUstream
+0x0> with type annotation <class 'inspect._empty'>"), and Python needs no header.
+`cute.runtime.load_module(path)[prefix]` links it back into a
+`CudaDialectJitCompiledFunction`, the class `cute.compile` returns, so a loaded kernel
+takes the same arguments (raw pointers, Int32, cuda.CUstream) through the same call path
+as a compiled one. Dumping and loading need no GPU (nor the runtime library preloaded);
+calling does (without a driver: cudaErrorInsufficientDriver). Dumping adds
 ~3% to a compile (4.5 s over 134 s for 68 kernels on the CPU box). The TVM-FFI export
 (`--enable-tvm-ffi`) would change the calling convention (tvm_ffi.Function, tensors and
 the environment's stream) and needs apache-tvm-ffi; it is not used.
