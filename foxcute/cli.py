@@ -1,4 +1,4 @@
-"""Command line: `foxcute run|index|check-run|ptx ...` (also `python -m foxcute ...`)."""
+"""Command line: `foxcute run|index|check-run|ptx|cache ...` (also `python -m foxcute ...`)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "sm_90a, no GPU needed): compare two checkouts' outputs")
     ptx.add_argument("--module", action="append", dest="modules", metavar="NAME",
                      help="only this foxcute.kernels module; repeatable; default: all")
+    cache = sub.add_parser("cache", help="the compiled-kernel cache on disk: where it is and what it holds "
+                                         "(info), or empty it (clear)")
+    cache.add_argument("action", choices=["info", "clear"])
     return parser
 
 
@@ -56,6 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .lab import benchmarks
 
         print(json.dumps(benchmarks.ptx_digests(args.modules), indent=1, sort_keys=True))
+        return 0
+    if args.command == "cache":
+        from .kernels import _compile_cache
+
+        if args.action == "clear":
+            print(f"removed {_compile_cache.clear()} entries from {_compile_cache.cache_dir()}")
+        else:
+            print(json.dumps(_compile_cache.info(), indent=1))
         return 0
     if args.command == "check-run":
         from .lab import provenance

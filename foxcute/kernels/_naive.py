@@ -113,11 +113,12 @@ class BatchSum:
 
 class Kernels:
     """One naive module's kernels: name -> (jit object, arguments to compile it with on any
-    machine). Each is compiled on first use; `compiled_for_ci` compiles them with PTX kept."""
+    machine). Each is compiled on first use; `compiled_for_ci` compiles them with PTX kept.
+    module: the naive module's __name__ (its kernels' key space in the disk cache)."""
 
-    def __init__(self, specs: dict[str, tuple[Any, tuple]]):
+    def __init__(self, module: str, specs: dict[str, tuple[Any, tuple]]):
         self.specs = specs
-        self._compiled = _cute.CompiledCache()
+        self._compiled = _cute.CompiledCache(module)
 
     def compiled(self, name: str, keep: bool = False) -> Any:
         jit_obj, args = self.specs[name]
@@ -137,7 +138,7 @@ def fake_args(pointers: int, ints: int, floats: int = 0) -> tuple:
             *(Float32(1.0) for _ in range(floats)), _cute.fake_stream())
 
 
-KERNELS = Kernels({"batch_sum_xy": (BatchSum(with_y=True), fake_args(3, 3, 1)),
+KERNELS = Kernels(__name__, {"batch_sum_xy": (BatchSum(with_y=True), fake_args(3, 3, 1)),
                    "batch_sum_x": (BatchSum(with_y=False), fake_args(3, 3, 1))})
 
 

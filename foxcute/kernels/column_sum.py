@@ -242,7 +242,7 @@ class ColumnSum:
                     mDst[dst_row, first_vec + c, None].store(sHigh[0, c, None].load() + sLow[0, c, None].load())
 
 
-_compiled = _cute.CompiledCache()
+_compiled = _cute.CompiledCache(__name__)
 
 
 def compile_args() -> tuple:

@@ -1311,7 +1311,7 @@ def row_pass_for(f: int, h: int, num_actions: int, precision: str, action_dtype:
 # ---------------------------------------------------------------------------------------------
 # Host side
 
-_compiled = _cute.CompiledCache()
+_compiled = _cute.CompiledCache(__name__)
 
 
 def row_pass_compile_args(f: int, h: int, num_actions: int, precision: str, action_dtype: type) -> tuple:

@@ -744,7 +744,7 @@ class KMajorWeightGrad:
 # ---------------------------------------------------------------------------------------------
 # Host side
 
-_compiled = _cute.CompiledCache()
+_compiled = _cute.CompiledCache(__name__)
 
 
 def _tile_n(n: int) -> int:

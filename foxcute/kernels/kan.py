@@ -1074,7 +1074,7 @@ class KanGradReduce:
                     mSums[place] = total[u]
 
 
-_compiled = _cute.CompiledCache()
+_compiled = _cute.CompiledCache(__name__)
 
 
 _KERNELS = {("forward", "fp32"): KanForwardFp32, ("backward", "fp32"): KanBackwardFp32,

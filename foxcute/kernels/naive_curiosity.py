@@ -205,7 +205,7 @@ def _w1_grad_args(index: str) -> tuple:
             *_naive.fake_args(1, 4))
 
 
-KERNELS = _naive.Kernels({
+KERNELS = _naive.Kernels(__name__, {
     "output": (Output(), _naive.fake_args(5, 3)),
     "error": (Error(), _naive.fake_args(2, 2, 1)),
     "hidden_grad": (HiddenGrad(), _naive.fake_args(4, 3, 1)),

@@ -106,7 +106,7 @@ class PerSampleBackward:
                 mDx[b, i] = dx
 
 
-KERNELS = _naive.Kernels({
+KERNELS = _naive.Kernels(__name__, {
     "forward": (Forward(), _naive.fake_args(4, 4, 1)),
     "per_sample_backward": (PerSampleBackward(), _naive.fake_args(7, 4, 1)),
 })

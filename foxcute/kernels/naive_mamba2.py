@@ -187,7 +187,7 @@ class InputGradients:
                 mDH[b, j] = mDout[b, j] + acc
 
 
-KERNELS = _naive.Kernels({
+KERNELS = _naive.Kernels(__name__, {
     "forward": (Forward(), _naive.fake_args(7, 4, 1)),
     "scan_backward": (ScanBackward(), _naive.fake_args(14, 4, 1)),
     "input_gradients": (InputGradients(), _naive.fake_args(9, 4)),

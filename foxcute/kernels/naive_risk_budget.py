@@ -58,7 +58,7 @@ class Forward:
             mRisk[b, 0] = sigmoid(logit)
 
 
-KERNELS = _naive.Kernels({"forward": (Forward(), _naive.fake_args(7, 4, 1))})
+KERNELS = _naive.Kernels(__name__, {"forward": (Forward(), _naive.fake_args(7, 4, 1))})
 
 
 def forward(h: Any, isv: Any, e: Any, W1: Any, b1: Any, w2: Any, b2: float) -> Any:

@@ -372,7 +372,7 @@ class QDenoiseKernel:
         return col_u, col_v
 
 
-_compiled = _cute.CompiledCache()
+_compiled = _cute.CompiledCache(__name__)
 
 
 def _kernel_and_args(A: int, H: int, spread: bool = False) -> tuple[Any, tuple]:

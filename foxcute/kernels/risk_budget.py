@@ -300,7 +300,7 @@ def sigmoid(x: Float32) -> Float32:
     return Float32(1.0) / (Float32(1.0) + cute.math.exp(-x))
 
 
-_compiled = _cute.CompiledCache()
+_compiled = _cute.CompiledCache(__name__)
 
 
 def _kernel_and_args(sh2: int, i_dim: int, H: int, precision: str) -> tuple[Any, tuple]:

@@ -7,6 +7,7 @@
 - peer_precision: the torch peers' math with TF32 operands in NumPy, to take their error apart.
 - compare: an A/B of one layer pass between source trees on the GPU.
 - sanitize, profile: one pass at a time for compute-sanitizer, ncu and nsys.
+- startup: a new process's first step with the compile cache cold and warm.
 - runner, provenance: the notebooks through papermill into papermill_runs/, with what ran where.
 
 What it may import: the layers (foxcute.<layer>, foxcute.step), foxcute.checks, the kernel

@@ -165,7 +165,7 @@ def _vectors_per_thread(rows: int) -> int:
     return rows * (CHUNK // 4) // THREADS  # rows is a multiple of 16: exact
 
 
-_compiled = CompiledCache()
+_compiled = CompiledCache(__name__)
 
 
 def compile_args(n: int, k: int) -> tuple:

@@ -125,7 +125,7 @@ def check_sizes(chk: Checker, impl: str) -> None:
                                 f"with 32-bit integers (B*K*SH2 < 2**31)")
 
 
-_COMPILED = CompiledCache()
+_COMPILED = CompiledCache(__name__)
 
 # kind -> (kernel from (K, SH2, D, precision), pointer arguments, has sigma, int arguments)
 _KERNELS = {
