@@ -288,13 +288,19 @@ def _risk_setup(ctx, inputs, output):
 
 
 def _risk_backward(ctx, drisk):
-    # docs/layers.md section 6.2 with W1 split into its h, isv and e columns; the hidden layer
-    # recomputed in float32 (nothing but the inputs and risk is saved)
+    # docs/layers.md section 6.2 with W1 split into its h, isv and e columns. The hidden layer
+    # is recomputed (only the inputs and risk are saved), in float64: the ReLU mask z > 0
+    # decides whole entries of dz, and a float32 z flips the sign of the entries within its
+    # rounding of 0 (about one in 10^6 at the defaults, B*H = 5*10^5 entries), each flip moving
+    # dW1 and dh by about 1/sqrt(B*H/2) = 2e-3 relative (the curiosity mask of docs/layers.md
+    # section 5.4). One [B, SH2] x [SH2, H] product in float64 is the price.
     h, isv, e, W1, b1, w2, b2, risk = ctx.saved_tensors
     width = h.shape[1]
     W_h, W_isv, w_e = W1[:, :width], W1[:, width:-1], W1[:, -1]
-    z = h @ W_h.T + (W_isv @ isv + b1) + e[:, None] * w_e
-    hid = torch.relu(z)
+    wide = torch.float64
+    z = (h.to(wide) @ W_h.T.to(wide) + (W_isv.to(wide) @ isv.to(wide) + b1.to(wide))
+         + e.to(wide)[:, None] * w_e.to(wide))
+    hid = torch.relu(z).to(h.dtype)
     dt = drisk * risk * (1.0 - risk)  # through the sigmoid
     dz = dt[:, None] * w2 * (z > 0)
     dz_sum = dz.sum(dim=0)
