@@ -96,3 +96,43 @@ def ran():
 
     inputs = step.make_inputs(step.StepSizes(**SMALL_STEP), np.random.default_rng(7))
     return inputs, step.run(inputs)
+
+
+def torch_step(sizes, device: str = "cpu", inputs_require_grad: bool = False):
+    """(model, inputs): foxcute.torch's modules chained as docs/layers.md section 7 chains the
+    layers, to one scalar loss (Mamba2 -> curiosity on its output -> the risk head on that
+    output and r; Q-denoise; KAN; the IQN head's QuantileLinear over [B, Q, H_iqn] to A), at
+    `sizes` (a step.StepSizes), and random float32 inputs on `device` from torch's generator
+    (tests/test_torch_ops.py on the CPU, tests/test_gpu_torch.py on CUDA). torch is imported
+    here, when called, so that the other tests run without it."""
+    import torch
+
+    from foxcute.torch import KAN, CuriosityModel, Mamba2Temporal, QDenoise, QuantileLinear, RiskBudgetHead
+
+    z = sizes
+
+    class StepModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mamba2 = Mamba2Temporal(z.SH2, z.D)
+            self.curiosity = CuriosityModel(z.F, z.A, z.H_c)
+            self.risk = RiskBudgetHead(z.SH2, z.I_risk, z.H_risk)
+            self.q_denoise = QDenoise(z.A_q, z.H_q)
+            self.kan = KAN(z.I_kan, z.O_kan, z.G_kan)
+            self.iqn = QuantileLinear(z.H_iqn, z.A)
+
+        def forward(self, x):
+            out = self.mamba2(x["h_hist"], x["h"], 0.9)
+            loss_c, r = self.curiosity(out, x["a"], x["s_next"])
+            risk = self.risk(out, x["isv"], r)
+            return (loss_c + risk.square().mean() + self.q_denoise(x["q"], x["q_target"])
+                    + self.kan(x["kan_x"]).square().mean() + self.iqn(x["iqn_x"]).square().mean())
+
+    def normal(*shape, grad=inputs_require_grad):
+        return torch.randn(shape).to(device).requires_grad_(grad)
+
+    inputs = dict(h_hist=normal(z.B, z.K, z.SH2), h=normal(z.B, z.SH2),
+                  a=torch.randint(0, z.A, (z.B,), dtype=torch.int32).to(device), s_next=normal(z.B, z.F, grad=False),
+                  isv=normal(z.I_risk), q=normal(z.B, z.A_q), q_target=normal(z.B, z.A_q, grad=False),
+                  kan_x=normal(z.B, z.I_kan), iqn_x=normal(z.B, z.Q, z.H_iqn))
+    return StepModel().to(device), inputs

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import SMALL_STEP, torch_step
 
 torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 
@@ -16,6 +17,7 @@ from foxcute import BackendError, FoxcuteInputError, curiosity, kan, mamba2, q_d
 from foxcute.checks import TOLERANCE, rel_err  # noqa: E402
 from foxcute.peers import curiosity as curiosity_peer, kan as kan_peer, mamba2 as mamba2_peer  # noqa: E402
 from foxcute.peers import q_denoise as q_denoise_peer, risk_budget as risk_peer  # noqa: E402
+from foxcute.step import StepSizes  # noqa: E402
 from foxcute.torch import (KAN, CuriosityModel, Mamba2Temporal, QDenoise, QuantileLinear,  # noqa: E402
                            RiskBudgetHead, ops)
 
@@ -258,37 +260,11 @@ def test_gradients_match_autograd_through_the_peer(layer):
         assert rel_err(got, ref) <= BOUND, (index, rel_err(got, ref))
 
 
-class StepModel(torch.nn.Module):
-    """The layers chained as the step chains them (docs/layers.md section 7), to one loss."""
-
-    def __init__(self):
-        super().__init__()
-        self.mamba2 = Mamba2Temporal(SH2, D)
-        self.curiosity = CuriosityModel(SH2, A, H_C)
-        self.risk = RiskBudgetHead(SH2, I_RISK, H_RISK)
-        self.q_denoise = QDenoise(A_Q, H_Q)
-        self.kan = KAN(I_KAN, O_KAN, G_KAN)
-        self.iqn = QuantileLinear(IN_IQN, OUT_IQN)
-
-    def forward(self, x):
-        out = self.mamba2(x["h_hist"], x["h"], 0.9)
-        loss_c, r = self.curiosity(out, x["a"], x["s_next"])
-        risk = self.risk(out, x["isv"], r)
-        return (loss_c + risk.square().mean() + self.q_denoise(x["q"], x["q_target"])
-                + self.kan(x["kan_x"]).square().mean() + self.iqn(x["iqn_x"]).square().mean())
-
-
-def step_inputs():
-    return dict(h_hist=randn(B, K, SH2, grad=True), h=randn(B, SH2, grad=True), a=torch.randint(0, A, (B,)),
-                s_next=randn(B, SH2), isv=randn(I_RISK, grad=True), q=randn(B, A_Q, grad=True),
-                q_target=randn(B, A_Q), kan_x=randn(B, I_KAN, grad=True), iqn_x=randn(B, Q, IN_IQN, grad=True))
-
-
 def test_compiled_fullgraph_equals_eager():
     # "aot_eager" traces forward and backward as inductor would (AOT autograd over the fake
     # implementations and the autograd registrations) without needing a C++ compiler;
     # fullgraph=True fails on any graph break
-    model, x = StepModel(), step_inputs()
+    model, x = torch_step(StepSizes(**SMALL_STEP), inputs_require_grad=True)
     leaves = [*model.parameters(), *(v for v in x.values() if v.requires_grad)]
     eager_loss = model(x)
     eager = torch.autograd.grad(eager_loss, leaves)
