@@ -54,15 +54,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# the operators' return types, spelled out: custom_op infers each schema from the annotations
-Tensors3 = tuple[Tensor, Tensor, Tensor]
-Tensors6 = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
-Tensors7 = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
-
 from .. import curiosity, kan, mamba2, q_denoise, reduction, risk_budget
 from .._arrays import FoxcuteInputError
 
 CHECK_ACTIONS_ENV = "FOXCUTE_CHECK_ACTIONS"
+
+# the operators' return types, spelled out: custom_op infers each schema from the annotations
+Tensors3 = tuple[Tensor, Tensor, Tensor]
+Tensors6 = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
+Tensors7 = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 def _call(layer_fn: Callable, tensors: Sequence[Tensor], **options: Any) -> Any:
