@@ -98,6 +98,24 @@ def test_opcheck(name):
     assert set(results.values()) == {"SUCCESS"}, results
 
 
+def test_kernel_outputs_become_fresh_unaliased_tensors():
+    # the CUDA path's conversion, on CPU tensors: the kernels return some outputs as views of
+    # one buffer (a loss among them, as a 1-element array), which custom_op would reject
+    buffer, fresh = torch.arange(4.0), torch.ones(2)
+    loss, grad, other = ops._outputs([buffer[3:4], buffer[0:3], fresh], scalars=(0,))
+    assert loss.shape == () and loss.item() == 3.0
+    assert torch.equal(grad, buffer[0:3]) and grad.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
+    assert other is fresh
+
+
+def test_shift_logit_is_sigmoid_of_the_shifted_logit():
+    # how the risk head's b2 is applied on CUDA (the kernel runs with b2 = 0)
+    t = torch.linspace(-15, 15, 301, dtype=torch.float64)
+    for b in (-3.0, 0.0, 0.3, 4.0):
+        shifted = ops.shift_logit(torch.sigmoid(t), torch.tensor([b], dtype=torch.float64))
+        assert rel_err(shifted, torch.sigmoid(t + b)) <= 1e-12, b
+
+
 def test_mamba2_module_matches_reference():
     layer = Mamba2Temporal(SH2, D, impl="seed", precision="fp32")
     h_hist, h, dout = randn(B, K, SH2, grad=True), randn(B, SH2, grad=True), randn(B, SH2)

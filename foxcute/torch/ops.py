@@ -273,8 +273,13 @@ def risk_budget_forward(h: Tensor, isv: Tensor, e: Tensor, W1: Tensor, b1: Tenso
                                 f"{h.device} (h's device), got shape {tuple(b2.shape)} on {b2.device}")
     if h.device.type != "cuda":
         return _outputs([_call(risk_budget.forward, (h, isv, e, W1, b1, w2), b2=float(b2), precision=precision)])[0]
-    unshifted = _call(risk_budget.forward, (h, isv, e, W1, b1, w2), b2=0.0, precision=precision)
-    return unshifted / (unshifted + (1.0 - unshifted) * torch.exp(-b2.reshape(())))
+    return shift_logit(_call(risk_budget.forward, (h, isv, e, W1, b1, w2), b2=0.0, precision=precision), b2)
+
+
+def shift_logit(s: Tensor, b: Tensor) -> Tensor:
+    """sigmoid(t + b) from s = sigmoid(t), on the device: s / (s + (1 - s) * exp(-b)), b a
+    one-element tensor. Exact to float32 rounding except where s has rounded to 1."""
+    return s / (s + (1.0 - s) * torch.exp(-b.reshape(())))
 
 
 @risk_budget_forward.register_fake
