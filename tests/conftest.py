@@ -136,3 +136,42 @@ def torch_step(sizes, device: str = "cpu", inputs_require_grad: bool = False):
                   isv=normal(z.I_risk), q=normal(z.B, z.A_q), q_target=normal(z.B, z.A_q, grad=False),
                   kan_x=normal(z.B, z.I_kan), iqn_x=normal(z.B, z.Q, z.H_iqn))
     return StepModel().to(device), inputs
+
+
+def torch_op_cases(device: str, B: int, *, mamba2, q_denoise, column_sum, kan, curiosity, risk_budget):
+    """{operator name: (operator, arguments)} for torch.library.opcheck: random float32 inputs
+    on `device` at batch B and each layer's sizes (mamba2 (K, SH2, D), q_denoise (A, H),
+    column_sum (M, N), kan (I, O, G), curiosity (F, A, H), risk_budget (SH2, I, H)); inputs of
+    the differentiated operators require grad, so opcheck checks their autograd too."""
+    import torch
+
+    from foxcute.torch import ops
+
+    def randn(*shape, grad=False, scale=1.0):
+        return (scale * torch.randn(shape)).to(device).requires_grad_(grad)
+
+    K, SH2, D = mamba2
+    A_q, H_q = q_denoise
+    I, O, G = kan
+    F, A, H_c = curiosity
+    SH2_r, I_r, H_r = risk_budget
+    m = [randn(B, K, SH2, grad=True), randn(B, SH2), randn(SH2, D, grad=True, scale=SH2**-0.5),
+         randn(SH2, D, scale=SH2**-0.5), randn(SH2, D, scale=SH2**-0.5), randn(SH2)]
+    return {
+        "mamba2_forward": (ops.mamba2_forward, (*m, 0.9, "fused", "tf32")),
+        "mamba2_backward": (ops.mamba2_backward, (randn(B, SH2), *(t.detach() for t in m), 0.9, "seed", "fp32")),
+        "q_denoise_loss_and_grads": (ops.q_denoise_loss_and_grads,
+                                     (randn(B, A_q, grad=True), randn(B, A_q), randn(H_q, A_q, grad=True),
+                                      randn(H_q), randn(A_q, H_q), randn(A_q), "tf32")),
+        "column_sum": (ops.column_sum, (randn(*column_sum),)),
+        "kan_forward": (ops.kan_forward, (randn(B, I, grad=True), randn(O, I * G, grad=True), randn(O, I), "tf32")),
+        "kan_backward": (ops.kan_backward, (randn(B, O), randn(B, I), randn(O, I * G), randn(O, I), "fp32")),
+        "curiosity_forward_backward": (ops.curiosity_forward_backward,
+                                       (randn(B, F, grad=True), torch.randint(0, A, (B,), dtype=torch.int32).to(device),
+                                        randn(B, F), randn(H_c, F + A, grad=True, scale=(F + A)**-0.5), randn(H_c),
+                                        randn(F, H_c, scale=H_c**-0.5), randn(F), "tf32")),
+        "risk_budget_forward": (ops.risk_budget_forward,
+                                (randn(B, SH2_r, grad=True), randn(I_r, grad=True), randn(B),
+                                 randn(H_r, SH2_r + I_r + 1, grad=True), randn(H_r), randn(H_r), randn(grad=True),
+                                 "tf32")),
+    }

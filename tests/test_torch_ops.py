@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import SMALL_STEP, torch_step
+from conftest import SMALL_STEP, torch_op_cases, torch_step
 
 torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 
@@ -62,38 +62,12 @@ def test_every_pass_is_an_operator_in_the_foxcute_namespace():
         assert isinstance(getattr(torch.ops.foxcute, name), torch._ops.OpOverloadPacket), name
 
 
-def op_cases():
-    """(operator, arguments) at small odd sizes; inputs of the differentiated operators
-    require grad so opcheck checks the autograd registration too."""
-    m = [randn(B, K, SH2, grad=True), randn(B, SH2), randn(SH2, D, grad=True), randn(SH2, D), randn(SH2, D),
-         randn(SH2)]
-    return {
-        "mamba2_forward": (ops.mamba2_forward, (*m, 0.9, "fused", "tf32")),
-        "mamba2_backward": (ops.mamba2_backward, (randn(B, SH2), *(t.detach() for t in m), 0.9, "seed", "fp32")),
-        "q_denoise_loss_and_grads": (ops.q_denoise_loss_and_grads,
-                                     (randn(B, A_Q, grad=True), randn(B, A_Q), randn(H_Q, A_Q, grad=True),
-                                      randn(H_Q), randn(A_Q, H_Q), randn(A_Q), "tf32")),
-        "column_sum": (ops.column_sum, (randn(B * Q, OUT_IQN),)),
-        "kan_forward": (ops.kan_forward, (randn(B, I_KAN, grad=True), randn(O_KAN, I_KAN * G_KAN, grad=True),
-                                        randn(O_KAN, I_KAN), "tf32")),
-        "kan_backward": (ops.kan_backward, (randn(B, O_KAN), randn(B, I_KAN), randn(O_KAN, I_KAN * G_KAN),
-                                          randn(O_KAN, I_KAN), "fp32")),
-        "curiosity_forward_backward": (ops.curiosity_forward_backward,
-                                       (randn(B, F, grad=True), torch.randint(0, A, (B,), dtype=torch.int32),
-                                        randn(B, F), randn(H_C, F + A, grad=True), randn(H_C), randn(F, H_C),
-                                        randn(F), "tf32")),
-        "risk_budget_forward": (ops.risk_budget_forward,
-                                (randn(B, SH2, grad=True), randn(I_RISK, grad=True), randn(B),
-                                 randn(H_RISK, SH2 + I_RISK + 1, grad=True), randn(H_RISK), randn(H_RISK),
-                                 randn(grad=True), "tf32")),
-    }
-
-
 @pytest.mark.parametrize("name", OPS)
 def test_opcheck(name):
     # schema (no output aliases an input or another output), the autograd registration,
     # the fake implementation against the real one, and AOT dispatch with dynamic shapes
-    op, args = op_cases()[name]
+    op, args = torch_op_cases("cpu", B, mamba2=(K, SH2, D), q_denoise=(A_Q, H_Q), column_sum=(B * Q, OUT_IQN),
+                              kan=(I_KAN, O_KAN, G_KAN), curiosity=(F, A, H_C), risk_budget=(SH2, I_RISK, H_RISK))[name]
     results = torch.library.opcheck(op, args)
     assert set(results.values()) == {"SUCCESS"}, results
 
@@ -101,10 +75,12 @@ def test_opcheck(name):
 def test_kernel_outputs_become_fresh_unaliased_tensors():
     # the CUDA path's conversion, on CPU tensors: the kernels return some outputs as views of
     # one buffer (a loss among them, as a 1-element array), which custom_op would reject
-    buffer, fresh = torch.arange(4.0), torch.ones(2)
-    loss, grad, other = ops._outputs([buffer[3:4], buffer[0:3], fresh], scalars=(0,))
-    assert loss.shape == () and loss.item() == 3.0
-    assert torch.equal(grad, buffer[0:3]) and grad.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
+    # (and opcheck holds outputs to the fake ones' storage offset, 0)
+    buffer, fresh = torch.arange(6.0), torch.ones(2)
+    grad, loss, other_grad, other = ops._outputs([buffer[0:3], buffer[3:4], buffer[0:2], fresh], scalars=(1,))
+    assert grad.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()  # the first view, kept
+    assert loss.shape == () and loss.item() == 3.0 and loss.storage_offset() == 0
+    assert torch.equal(other_grad, buffer[0:2]) and other_grad.untyped_storage().data_ptr() != grad.untyped_storage().data_ptr()
     assert other is fresh
 
 

@@ -22,8 +22,8 @@ what makes the modules usable and testable without a GPU. `impl` and `precision`
 on both and ignored by the reference.
 
 Outputs are fresh float32 tensors (custom_op forbids returning an input or two outputs that
-share memory: the kernels return some gradients as views of one buffer, which are cloned
-here); losses and dsigma are 0-dim. Differences from the public functions, each forced by
+share memory: the kernels return some gradients and losses as views of one buffer, which are
+cloned here, a few small arrays); losses and dsigma are 0-dim. Differences from the public functions, each forced by
 graph capture (a host read synchronises the device):
 
 - curiosity: the action indices are not read back to check their range on CUDA unless the
@@ -78,7 +78,9 @@ def _call(layer_fn: Callable, tensors: Sequence[Tensor], **options: Any) -> Any:
 def _outputs(values: Sequence[Any], scalars: Sequence[int] = ()) -> tuple[Tensor, ...]:
     """A pass's results as fresh float32 tensors: the reference's NumPy arrays and floats
     converted; the kernels' tensors kept, but cloned where one shares memory with an earlier
-    output; those at the indices in `scalars` (1-element losses, dsigma) made 0-dim."""
+    output (custom_op rejects aliased outputs) or starts past its storage's first element (the
+    fake implementations' outputs start at 0, and opcheck holds the real ones to that); those
+    at the indices in `scalars` (1-element losses, dsigma) made 0-dim."""
     out, storages = [], set()
     for index, value in enumerate(values):
         if not torch.is_tensor(value):
@@ -87,7 +89,7 @@ def _outputs(values: Sequence[Any], scalars: Sequence[int] = ()) -> tuple[Tensor
         if index in scalars:
             value = value.reshape(())
         storage = value.untyped_storage().data_ptr()
-        out.append(value.clone() if storage in storages else value)
+        out.append(value.clone() if storage in storages or value.storage_offset() else value)
         storages.add(storage)
     return tuple(out)
 
