@@ -77,10 +77,11 @@ def test_kernel_outputs_become_fresh_unaliased_tensors():
     # one buffer (a loss among them, as a 1-element array), which custom_op would reject
     # (and opcheck holds outputs to the fake ones' storage offset, 0)
     buffer, fresh = torch.arange(6.0), torch.ones(2)
-    grad, loss, other_grad, other = ops._outputs([buffer[0:3], buffer[3:4], buffer[0:2], fresh], scalars=(1,))
-    assert grad.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()  # the first view, kept
-    assert loss.shape == () and loss.item() == 3.0 and loss.storage_offset() == 0
-    assert torch.equal(other_grad, buffer[0:2]) and other_grad.untyped_storage().data_ptr() != grad.untyped_storage().data_ptr()
+    loss, grad, other_grad, other = ops._outputs([buffer[3:4], buffer[0:3], buffer[0:2], fresh], scalars=(0,))
+    assert loss.shape == () and loss.item() == 3.0 and loss.storage_offset() == 0  # cloned
+    assert grad.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()  # the first kept view
+    assert torch.equal(other_grad, buffer[0:2])
+    assert other_grad.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
     assert other is fresh
 
 

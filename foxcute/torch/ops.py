@@ -89,8 +89,11 @@ def _outputs(values: Sequence[Any], scalars: Sequence[int] = ()) -> tuple[Tensor
         if index in scalars:
             value = value.reshape(())
         storage = value.untyped_storage().data_ptr()
-        out.append(value.clone() if storage in storages or value.storage_offset() else value)
-        storages.add(storage)
+        if storage in storages or value.storage_offset():
+            value = value.clone()
+        else:
+            storages.add(storage)  # memory a kept output owns
+        out.append(value)
     return tuple(out)
 
 
