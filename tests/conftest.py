@@ -138,6 +138,11 @@ def torch_step(sizes, device: str = "cpu", inputs_require_grad: bool = False):
     return StepModel().to(device), inputs
 
 
+# foxcute.torch's operators, one per layer pass (torch.ops.foxcute.<name>)
+TORCH_OPS = ("mamba2_forward", "mamba2_backward", "q_denoise_loss_and_grads", "column_sum", "kan_forward",
+             "kan_backward", "curiosity_forward_backward", "risk_budget_forward")
+
+
 def torch_op_cases(device: str, B: int, *, mamba2, q_denoise, column_sum, kan, curiosity, risk_budget):
     """{operator name: (operator, arguments)} for torch.library.opcheck: random float32 inputs
     on `device` at batch B and each layer's sizes (mamba2 (K, SH2, D), q_denoise (A, H),

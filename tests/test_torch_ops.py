@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import SMALL_STEP, torch_op_cases, torch_step
+from conftest import SMALL_STEP, TORCH_OPS, torch_op_cases, torch_step
 
 torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 
@@ -21,8 +21,6 @@ from foxcute.step import StepSizes  # noqa: E402
 from foxcute.torch import (KAN, CuriosityModel, Mamba2Temporal, QDenoise, QuantileLinear,  # noqa: E402
                            RiskBudgetHead, ops)
 
-OPS = ("mamba2_forward", "mamba2_backward", "q_denoise_loss_and_grads", "column_sum", "kan_forward",
-       "kan_backward", "curiosity_forward_backward", "risk_budget_forward")
 # The CPU operators are the float64 reference rounded to float32: held to the float32 bound.
 BOUND = TOLERANCE["fp32"]
 # small odd sizes, docs/layers.md's names
@@ -58,11 +56,11 @@ def test_import_foxcute_loads_no_torch():
 
 
 def test_every_pass_is_an_operator_in_the_foxcute_namespace():
-    for name in OPS:
+    for name in TORCH_OPS:
         assert isinstance(getattr(torch.ops.foxcute, name), torch._ops.OpOverloadPacket), name
 
 
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", TORCH_OPS)
 def test_opcheck(name):
     # schema (no output aliases an input or another output), the autograd registration,
     # the fake implementation against the real one, and AOT dispatch with dynamic shapes
