@@ -14,9 +14,14 @@ RUN_ARGS ?= --preset auto
 $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV)
 
+# torch (foxcute.torch's tests), where none is installed, only as a local CPU build: PyPI has
+# no "+cpu" versions, so this never pulls a multi-GB CUDA build (nor replaces an installed
+# one); where none is offered the torch tests skip
 $(INSTALLED): pyproject.toml | $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install --upgrade pip
 	$(VENV_PYTHON) -m pip install -e ".[test,lab]"
+	$(VENV_PYTHON) -c "import torch" 2>/dev/null || $(VENV_PYTHON) -m pip install "torch==2.13.0+cpu" \
+		|| echo "no local CPU build of torch: the torch tests skip"
 	touch $@
 
 # one test process per core (CI has 2): the compile-bound tests of one file share a process and

@@ -3,6 +3,8 @@
 Every layer module offers `backend="reference"` (float64 NumPy, the executable form of
 docs/layers.md) and the GPU backends "cute" and "naive" (foxcute.BACKENDS). Importing foxcute loads no GPU
 library; the CuTe DSL, cupy and torch are imported when a GPU backend is first used.
+`foxcute.torch` (the torch extra, imported only when asked for) offers the layers as PyTorch
+operators and modules.
 """
 
 from __future__ import annotations

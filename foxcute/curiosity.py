@@ -36,9 +36,16 @@ def kernel_modules() -> dict[str, ModuleType]:
     return {"cute": cute_kernels, "naive": naive_kernels}
 
 
-def forward_backward(s, a, s_next, W1, b1, W2, b2, *, backend="reference", precision="tf32"):
+def forward_backward(s, a, s_next, W1, b1, W2, b2, *, backend="reference", precision="tf32",
+                     check_actions=True):
     """(loss, r [B], CuriosityGrads): the gradients are those of loss. From the reference
-    backend loss is a Python float; from a GPU backend a 1-element device array."""
+    backend loss is a Python float; from a GPU backend a 1-element device array.
+
+    check_actions=True reads the action indices back to check that they lie in [0, A): on a
+    GPU backend a device synchronisation, which a CUDA graph capture forbids. Callers that
+    capture (foxcute.torch's operator) pass False and then own that invariant: the kernels
+    read column F + a[b] of W1 unchecked, so an index outside [0, A) gives garbage or reads
+    out of bounds."""
     where = "foxcute.curiosity.forward_backward"
     chk = _layer.start(where, backend, precision)
     chk.array("s", s, ("B", "F"))
@@ -52,7 +59,8 @@ def forward_backward(s, a, s_next, W1, b1, W2, b2, *, backend="reference", preci
     chk.array("b1", b1, ("H",))
     chk.array("W2", W2, ("F", "H"))
     chk.array("b2", b2, ("F",))
-    chk.actions("a", a, num_actions)
+    if check_actions:
+        chk.actions("a", a, num_actions)
     if backend == "reference":
         s, s_next, W1, b1, W2, b2 = to_float64(s, s_next, W1, b1, W2, b2)
         return reference_forward_backward(s, a, s_next, W1, b1, W2, b2)

@@ -96,3 +96,87 @@ def ran():
 
     inputs = step.make_inputs(step.StepSizes(**SMALL_STEP), np.random.default_rng(7))
     return inputs, step.run(inputs)
+
+
+def torch_step(sizes, device: str = "cpu", inputs_require_grad: bool = False):
+    """(model, inputs): foxcute.torch's modules chained as docs/layers.md section 7 chains the
+    layers, to one scalar loss (Mamba2 -> curiosity on its output -> the risk head on that
+    output and r; Q-denoise; KAN; the IQN head's QuantileLinear over [B, Q, H_iqn] to A), at
+    `sizes` (a step.StepSizes), and random float32 inputs on `device` from torch's generator
+    (tests/test_torch_ops.py on the CPU, tests/test_gpu_torch.py on CUDA). torch is imported
+    here, when called, so that the other tests run without it."""
+    import torch
+
+    from foxcute.torch import KAN, CuriosityModel, Mamba2Temporal, QDenoise, QuantileLinear, RiskBudgetHead
+
+    z = sizes
+
+    class StepModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mamba2 = Mamba2Temporal(z.SH2, z.D)
+            self.curiosity = CuriosityModel(z.F, z.A, z.H_c)
+            self.risk = RiskBudgetHead(z.SH2, z.I_risk, z.H_risk)
+            self.q_denoise = QDenoise(z.A_q, z.H_q)
+            self.kan = KAN(z.I_kan, z.O_kan, z.G_kan)
+            self.iqn = QuantileLinear(z.H_iqn, z.A)
+
+        def forward(self, x):
+            out = self.mamba2(x["h_hist"], x["h"], 0.9)
+            loss_c, r = self.curiosity(out, x["a"], x["s_next"])
+            risk = self.risk(out, x["isv"], r)
+            return (loss_c + risk.square().mean() + self.q_denoise(x["q"], x["q_target"])
+                    + self.kan(x["kan_x"]).square().mean() + self.iqn(x["iqn_x"]).square().mean())
+
+    def normal(*shape, grad=inputs_require_grad):
+        return torch.randn(shape).to(device).requires_grad_(grad)
+
+    inputs = dict(h_hist=normal(z.B, z.K, z.SH2), h=normal(z.B, z.SH2),
+                  a=torch.randint(0, z.A, (z.B,), dtype=torch.int32).to(device), s_next=normal(z.B, z.F, grad=False),
+                  isv=normal(z.I_risk), q=normal(z.B, z.A_q), q_target=normal(z.B, z.A_q, grad=False),
+                  kan_x=normal(z.B, z.I_kan), iqn_x=normal(z.B, z.Q, z.H_iqn))
+    return StepModel().to(device), inputs
+
+
+# foxcute.torch's operators, one per layer pass (torch.ops.foxcute.<name>)
+TORCH_OPS = ("mamba2_forward", "mamba2_backward", "q_denoise_loss_and_grads", "column_sum", "kan_forward",
+             "kan_backward", "curiosity_forward_backward", "risk_budget_forward")
+
+
+def torch_op_cases(device: str, B: int, *, mamba2, q_denoise, column_sum, kan, curiosity, risk_budget):
+    """{operator name: (operator, arguments)} for torch.library.opcheck: random float32 inputs
+    on `device` at batch B and each layer's sizes (mamba2 (K, SH2, D), q_denoise (A, H),
+    column_sum (M, N), kan (I, O, G), curiosity (F, A, H), risk_budget (SH2, I, H)); inputs of
+    the differentiated operators require grad, so opcheck checks their autograd too."""
+    import torch
+
+    from foxcute.torch import ops
+
+    def randn(*shape, grad=False, scale=1.0):
+        return (scale * torch.randn(shape)).to(device).requires_grad_(grad)
+
+    K, SH2, D = mamba2
+    A_q, H_q = q_denoise
+    I, O, G = kan
+    F, A, H_c = curiosity
+    SH2_r, I_r, H_r = risk_budget
+    m = [randn(B, K, SH2, grad=True), randn(B, SH2), randn(SH2, D, grad=True, scale=SH2**-0.5),
+         randn(SH2, D, scale=SH2**-0.5), randn(SH2, D, scale=SH2**-0.5), randn(SH2)]
+    return {
+        "mamba2_forward": (ops.mamba2_forward, (*m, 0.9, "fused", "tf32")),
+        "mamba2_backward": (ops.mamba2_backward, (randn(B, SH2), *(t.detach() for t in m), 0.9, "seed", "fp32")),
+        "q_denoise_loss_and_grads": (ops.q_denoise_loss_and_grads,
+                                     (randn(B, A_q, grad=True), randn(B, A_q), randn(H_q, A_q, grad=True),
+                                      randn(H_q), randn(A_q, H_q), randn(A_q), "tf32")),
+        "column_sum": (ops.column_sum, (randn(*column_sum),)),
+        "kan_forward": (ops.kan_forward, (randn(B, I, grad=True), randn(O, I * G, grad=True), randn(O, I), "tf32")),
+        "kan_backward": (ops.kan_backward, (randn(B, O), randn(B, I), randn(O, I * G), randn(O, I), "fp32")),
+        "curiosity_forward_backward": (ops.curiosity_forward_backward,
+                                       (randn(B, F, grad=True), torch.randint(0, A, (B,), dtype=torch.int32).to(device),
+                                        randn(B, F), randn(H_c, F + A, grad=True, scale=(F + A)**-0.5), randn(H_c),
+                                        randn(F, H_c, scale=H_c**-0.5), randn(F), "tf32")),
+        "risk_budget_forward": (ops.risk_budget_forward,
+                                (randn(B, SH2_r, grad=True), randn(I_r, grad=True), randn(B),
+                                 randn(H_r, SH2_r + I_r + 1, grad=True), randn(H_r), randn(H_r), randn(grad=True),
+                                 "tf32")),
+    }

@@ -13,7 +13,7 @@ def room(module: str) -> str:
     if module in ("foxcute.cli", "foxcute.__main__"):
         return "lab"  # the command line is the harness's front door
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("kernels", "lab", "peers"):
+    if len(parts) > 1 and parts[1] in ("kernels", "lab", "peers", "torch"):
         return parts[1]
     return "layers"
 
@@ -47,10 +47,10 @@ def foxcute_imports(path: Path) -> list[tuple[str, bool]]:
 
 
 # room -> rooms it may import at module level; lazily (inside a function) too
-ALLOWED = {"layers": {"layers"}, "kernels": {"kernels"}, "lab": {"layers", "kernels", "lab", "peers"},
-           "peers": {"peers"}}
+ALLOWED = {"layers": {"layers"}, "kernels": {"kernels"}, "lab": {"layers", "kernels", "lab", "peers", "torch"},
+           "peers": {"peers"}, "torch": {"layers", "torch"}}
 SHARED = {"foxcute._arrays", "foxcute._layer", "foxcute.checks"}  # what the rooms share
-LAZY = {"layers": {"kernels"}}  # a layer's kernel_modules()
+LAZY = {"layers": {"kernels"}, "torch": {"kernels"}}  # a layer's kernel_modules(); an operator's kernels
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -8,9 +8,11 @@
 - compare: an A/B of one layer pass between source trees on the GPU.
 - sanitize, profile: one pass at a time for compute-sanitizer, ncu and nsys.
 - startup: a new process's first step with the compile cache cold and warm.
+- torch_ops: the host time of one call of each PyTorch operator (foxcute.torch) beside the
+  public function's.
 - runner, provenance: the notebooks through papermill into papermill_runs/, with what ran where.
 
 What it may import: the layers (foxcute.<layer>, foxcute.step), foxcute.checks, the kernel
-modules (for their compiled_for_ci and contracts) and foxcute.peers. Nothing outside lab/
+modules (for their compiled_for_ci and contracts), foxcute.peers and foxcute.torch. Nothing outside lab/
 imports lab/, except the command line (foxcute.cli).
 """

@@ -1,0 +1,98 @@
+"""What calling a layer pass through its PyTorch operator (foxcute.torch.ops) costs the host,
+beside calling foxcute's public function directly: the operator adds torch's dispatcher, the
+custom_op wrapper and its output checks (and, for the risk head, the device-side b2 shift).
+
+The time is the host's alone: each call is timed with time.perf_counter and nothing
+synchronizes between calls, so what is measured is how long the Python thread is busy
+enqueuing the pass (validation, compile-cache lookup, allocations, launches), not the GPU's
+time (lab.timing measures that, from CUDA graphs). Kernels are compiled and the caching
+allocator warmed by `warmup` calls first. Too many calls in a row fill the device's launch
+queue and then block the host; the median over the calls is robust to a few of those.
+
+    python -m foxcute.lab.torch_ops            # the trainer's sizes, a table in microseconds
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import curiosity, kan, mamba2, q_denoise, reduction, risk_budget, step
+
+
+def median_host_us(fn: Callable[[], Any], calls: int, warmup: int) -> float:
+    """Median microseconds the host spends in one call of fn, over `calls` calls made after
+    `warmup` (the device is synchronized before the first timed call, not between them)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return 1e6 * statistics.median(times)
+
+
+def passes(sizes: step.StepSizes, precision: str = "tf32", impl: str = "fused") -> dict[str, tuple[Callable, Callable]]:
+    """{operator name: (operator call, public function call)} on the same CUDA tensors, step
+    inputs at `sizes` (the risk head's b2 a one-element tensor for the operator)."""
+    import torch
+
+    from ..torch import ops
+
+    x = step.to_device(step.make_inputs(sizes, np.random.default_rng(0)))
+    m, c, rb, qd, k = x["mamba2"], x["curiosity"], x["risk_budget"], x["q_denoise"], x["kan"]
+    weights = (m["h_hist"], m["h"], m["W_A"], m["W_B"], m["W_C"], m["w"])
+    dout = x["mamba2_backward"]["dout"]
+    s = torch.randn(sizes.B, sizes.F, device="cuda")
+    e = torch.rand(sizes.B, device="cuda")
+    b2 = torch.full((), rb["b2"], device="cuda")
+    cur = (s, c["a"], c["s_next"], c["W1"], c["b1"], c["W2"], c["b2"])
+    risk = (s, rb["isv"], e, rb["W1"], rb["b1"], rb["w2"])
+    quad = (qd["q"], qd["q_target"], qd["W1"], qd["b1"], qd["W2"], qd["b2"])
+    options = dict(backend="cute", precision=precision)
+    return {
+        "mamba2_forward": (lambda: ops.mamba2_forward(*weights, m["sigma"], impl, precision),
+                           lambda: mamba2.forward(*weights, m["sigma"], impl=impl, **options)),
+        "mamba2_backward": (lambda: ops.mamba2_backward(dout, *weights, m["sigma"], impl, precision),
+                            lambda: mamba2.backward(dout, *weights, m["sigma"], impl=impl, **options)),
+        "q_denoise_loss_and_grads": (lambda: ops.q_denoise_loss_and_grads(*quad, precision),
+                                     lambda: q_denoise.loss_and_grads(*quad, **options)),
+        "column_sum": (lambda: ops.column_sum(x["iqn"]["head_grad"]),
+                       lambda: reduction.column_sum(x["iqn"]["head_grad"], backend="cute")),
+        "kan_forward": (lambda: ops.kan_forward(k["x"], k["C"], k["Wb"], precision),
+                        lambda: kan.forward(k["x"], k["C"], k["Wb"], **options)),
+        "kan_backward": (lambda: ops.kan_backward(k["dy"], k["x"], k["C"], k["Wb"], precision),
+                         lambda: kan.backward(k["dy"], k["x"], k["C"], k["Wb"], **options)),
+        # the public function with check_actions=False, as the operator calls it on CUDA
+        "curiosity_forward_backward": (lambda: ops.curiosity_forward_backward(*cur, precision),
+                                       lambda: curiosity.forward_backward(*cur, check_actions=False, **options)),
+        "risk_budget_forward": (lambda: ops.risk_budget_forward(*risk, b2, precision),
+                                lambda: risk_budget.forward(*risk, rb["b2"], **options)),
+    }
+
+
+def host_costs(sizes: step.StepSizes = step.StepSizes(), calls: int = 200, warmup: int = 20,
+               precision: str = "tf32", impl: str = "fused") -> dict[str, dict[str, float]]:
+    """{operator name: {"operator_us", "function_us"}}: median host microseconds of one call
+    through the operator and through foxcute's public function, on a CUDA GPU."""
+    return {name: {"operator_us": median_host_us(op, calls, warmup),
+                   "function_us": median_host_us(function, calls, warmup)}
+            for name, (op, function) in passes(sizes, precision, impl).items()}
+
+
+def main() -> None:
+    print(f"{'pass':28} {'operator us':>12} {'function us':>12}")
+    for name, cost in host_costs().items():
+        print(f"{name:28} {cost['operator_us']:12.1f} {cost['function_us']:12.1f}")
+
+
+if __name__ == "__main__":
+    main()
