@@ -253,8 +253,16 @@ def run(inputs: dict[str, dict[str, Any]], *, backend: str = "reference", precis
         impl: str = "fused") -> dict[str, Any]:
     """Runs one step on `make_inputs`'s inputs; returns every output by "layer.name"."""
     check_backend("foxcute.step.run", backend, _layer.BACKENDS)
+    return run_through(_PublicLayers(backend, precision, impl), inputs)
+
+
+def run_through(layers: Any, inputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One step, every part in PARTS order on the current stream, through `layers`: an object
+    with the layer-pass methods of _PublicLayers (mamba2_forward, curiosity, risk_budget,
+    q_denoise, column_sum, kan_backward, mamba2_backward, returning what they return), such
+    as foxcute.torch.step.OperatorLayers; every output by "layer.name"."""
     out: dict[str, Any] = {}
-    for _, part in _parts(_PublicLayers(backend, precision, impl), inputs, out):
+    for _, part in _parts(layers, inputs, out):
         part()
     return out
 

@@ -218,8 +218,8 @@ def test_pass_names_and_families():
     assert figures.pass_name("a", "forward", "N=3") == "a.forward[N=3]"
     assert figures.pass_name("a", "forward", math.nan) == figures.pass_name("a", "forward", "") == "a.forward"
     assert figures.pass_name("step", "step") == "step"
-    assert [figures.family(i) for i in ("naive", "torch_eager", "cute_fused", "reference")] == \
-        ["naive", "torch", "cute", "other"]
+    assert [figures.family(i) for i in ("naive", "torch_eager", "cute_fused", "reference", "torch_ops_graph")] == \
+        ["naive", "torch", "cute", "other", "other"]
     assert [figures.is_torch_compile(i) for i in ("torch_compile_cudagraphs", "torch_max_autotune", "torch_eager")] == \
         [True, True, False]
 

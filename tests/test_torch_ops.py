@@ -288,3 +288,62 @@ def test_bad_inputs_are_rejected_naming_the_argument():
                                 randn(H_RISK), randn(H_RISK), randn(2), "tf32")
     with pytest.raises(FoxcuteInputError, match=r"column_sum: argument 'G' must have 2 dimension"):
         ops.column_sum(randn(B))
+
+
+def test_the_step_through_the_operators_gives_the_steps_outputs_eager_and_compiled():
+    """foxcute.torch.step.run: the eight operator calls of the step (on the CPU, each the float64
+    reference rounded to float32) give step.run's reference outputs, by the same names; under
+    torch.compile(fullgraph=True) (no graph break) the same bits."""
+    from foxcute import step
+    from foxcute.checks import rel_err
+    from foxcute.torch import step as operator_step
+
+    sizes = step.StepSizes(B=9, K=3, SH2=12, D=4, Q=2, A_q=5, H_q=7, A=3, H_c=6, I_risk=3, H_risk=5,
+                           I_kan=4, O_kan=5, G_kan=3, H_iqn=6)
+    host = step.make_inputs(sizes, np.random.default_rng(3))
+    reference = step.run(host)
+    x = {layer: {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+                 for k, v in arrays.items()} for layer, arrays in host.items()}
+    out = operator_step.run(x)
+    assert list(out) == list(reference)
+    assert max(rel_err(np.asarray(out[k]), np.asarray(reference[k])) for k in reference) < 1e-6
+    compiled = torch.compile(operator_step.run, fullgraph=True, backend="aot_eager")(x)
+    assert all(torch.equal(out[k], compiled[k]) for k in out)
+
+
+def test_the_benchmarks_operator_impls_run_every_pass_with_its_inputs_in_order():
+    """lab.benchmarks' "torch_ops" implementation maps each case's inputs onto its operator and
+    the operator's outputs onto the case's: on the CPU (the operators' reference path) every
+    output matches the case's float64 reference to float32 rounding."""
+    from foxcute.lab import benchmarks
+
+    impl = next(i for i in benchmarks.impls() if i.name == "torch_ops")
+    rng = np.random.default_rng(4)
+    for case in benchmarks.CASES:
+        assert impl.applies(case), case.name
+        inputs = case.make(rng, case.odd_sizes)
+        x = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+        outputs = benchmarks.flatten(impl.make(case, x)())
+        errors = benchmarks.output_errors(case, inputs, outputs, benchmarks.reference(case, inputs))
+        assert set(errors) == set(case.outputs) and max(errors.values()) < 1e-6, (case.name, errors)
+    assert not any(impl.applies(case) for case in benchmarks.GEMM_CASES)
+
+
+@pytest.mark.parametrize("name", ["torch_ops", "torch_ops_graph", "torch_ops_compile"])
+def test_the_operator_step_records_run_the_operator_step(name):
+    """The profiling notebook's step records "torch_ops" (plain calls), "torch_ops_graph" and
+    "torch_ops_compile" (captured) run foxcute.torch.step (compiled fullgraph for the last)."""
+    from foxcute import step
+    from foxcute.lab import breakdown
+
+    sizes = step.StepSizes(B=5, K=2, SH2=8, D=4, Q=2, A_q=3, H_q=4, A=2, H_c=5, I_risk=2, H_risk=3,
+                           I_kan=3, O_kan=2, G_kan=2, H_iqn=4)
+    host_inputs = step.make_inputs(sizes, np.random.default_rng(5))
+    x = {layer: {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+                 for k, v in arrays.items()} for layer, arrays in host_inputs.items()}
+    fn, graph = breakdown._step_function(name, x, "tf32", "fused")
+    assert graph == (name != "torch_ops")
+    out = fn()
+    reference = step.run(host_inputs)
+    assert list(out) == list(reference)
+    assert max(rel_err(np.asarray(out[k]), np.asarray(reference[k])) for k in reference) < 1e-6

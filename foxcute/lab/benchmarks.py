@@ -329,8 +329,37 @@ def impls() -> list[Impl]:
                       applies=lambda c: not _takes_impl(c)))
     found.append(Impl("cutlass_cpp", "cupy", _cutlass_gemm, applies=_cutlass_applies))
     if importlib.util.find_spec("torch") is not None:
+        found.append(Impl("torch_ops", "torch", _operator_call, graph=False, applies=_has_operator))
+        found.append(Impl("torch_ops_graph", "torch", _operator_call, applies=_has_operator))
         found.extend(_torch_impls())
     return found
+
+
+# ---------------------------------------------------------------- foxcute's PyTorch operators
+# Each layer pass through torch.ops.foxcute.* (foxcute.torch.ops) at TF32 (Mamba2: fused), the
+# case's inputs in order: "torch_ops" as plain calls (a PyTorch user's eager call, host time
+# included), "torch_ops_graph" captured in a CUDA graph like the cute kernels.
+def _has_operator(case: Case) -> bool:
+    from .torch_ops import OPERATOR_OF_PASS
+
+    return (case.layer, case.pass_) in OPERATOR_OF_PASS
+
+
+def _operator_call(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
+    """The case's operator on the case's inputs (the risk head's b2, a Python float in the
+    case, as the one-element tensor the operator takes)."""
+    import torch
+
+    from ..torch import ops
+
+    args = list(x.values())
+    if case.layer == "risk_budget":
+        args[-1] = torch.full((), float(args[-1]), dtype=torch.float32, device=args[0].device)
+    from .torch_ops import OPERATOR_OF_PASS
+
+    op = getattr(ops, OPERATOR_OF_PASS[case.layer, case.pass_])
+    options = {"mamba2": ("fused", "tf32"), "column_sum": ()}.get(case.layer, ("tf32",))
+    return lambda: op(*args, *options)
 
 
 def _cutlass_applies(case: Case) -> bool:

@@ -47,7 +47,12 @@ REPORT_JOIN_COLUMNS = ["case", "impl", "kernel", "launches", "device us", "compi
                        "mma_sync_tf32", "wgmma_tf32", "ld_st_local"]  # join_kernel_report's
 # step_records' default: torch_compile_cudagraphs (torch's own CUDA graphs behind a Python call,
 # host time included) is accepted by name but not timed by default
-STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_eager", "torch_compile", "torch_max_autotune")
+STEP_IMPLS = ("naive", "cute", "cute_one_stream", "torch_ops", "torch_ops_graph", "torch_ops_compile",
+              "torch_eager", "torch_compile", "torch_max_autotune")
+# the step through foxcute's PyTorch operators (foxcute.torch.step): plain calls (what eager
+# PyTorch code pays, host included), captured in one CUDA graph, and under
+# torch.compile(fullgraph=True) captured likewise
+_OPERATOR_STEPS = ("torch_ops", "torch_ops_graph", "torch_ops_compile")
 _TORCH_MODES = {"torch_eager": "eager", "torch_compile": "compile",
                 "torch_max_autotune": "max-autotune-no-cudagraphs",
                 "torch_compile_cudagraphs": "reduce-overhead"}  # foxcute.peers.step.Step modes
@@ -325,7 +330,10 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
     cute: straight through the kernel modules, captured in one CUDA graph, replays timed
     (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run,
     the parts of step.LANES[1] on a second stream; cute_one_stream: the same on one stream.
-    naive: plain calls, `naive_reps` of them (a naive step takes seconds). The torch peer
+    naive: plain calls, `naive_reps` of them (a naive step takes seconds). torch_ops: the
+    step through foxcute's PyTorch operators (foxcute.torch.step, one stream) as plain calls;
+    torch_ops_graph: the same captured and replayed; torch_ops_compile: it under
+    torch.compile(fullgraph=True), captured and replayed. The torch peer
     (foxcute.peers.step): torch_compile (torch.compile's default mode) and torch_max_autotune
     (mode "max-autotune-no-cudagraphs"), each compiled by its first calls, then captured in
     one CUDA graph and timed as the cute step is; torch_eager as plain calls (as a PyTorch
@@ -369,9 +377,16 @@ def _step_function(name: str, device: dict[str, dict[str, Any]], precision: str,
         backend = "naive" if name == "naive" else "cute"
         fn = step.kernel_step(device, backend=backend, precision=precision, impl=impl, lanes=name == "cute")
         return fn, backend == "cute"
+    if name in _OPERATOR_STEPS:
+        import torch
+
+        from ..torch import step as operator_step
+
+        run = torch.compile(operator_step.run, fullgraph=True) if name == "torch_ops_compile" else operator_step.run
+        return (lambda: run(device, precision=precision, impl=impl)), name != "torch_ops"
     if name not in _TORCH_MODES:
         raise ValueError(f"foxcute.lab.breakdown: unknown step implementation {name!r}; known: "
-                         f"naive, cute, cute_one_stream, {', '.join(_TORCH_MODES)}")
+                         f"naive, cute, cute_one_stream, {', '.join(_OPERATOR_STEPS)}, {', '.join(_TORCH_MODES)}")
     from ..peers.step import Step
 
     peer = Step(_TORCH_MODES[name], precision)

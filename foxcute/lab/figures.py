@@ -53,10 +53,13 @@ DPI = 120
 
 
 def family(impl: str) -> str:
-    """The implementation family: "naive", "torch" (torch_*), "cute" (cute*) or "other"."""
+    """The implementation family: "naive", "torch" (the torch peers, torch_*), "cute" (cute*)
+    or "other" (e.g. torch_ops*: foxcute's kernels through its PyTorch operators)."""
     impl = str(impl)
     if impl == "naive":
         return "naive"
+    if impl.startswith("torch_ops"):
+        return "other"
     if impl.startswith("torch"):
         return "torch"
     if impl.startswith("cute"):

@@ -14,6 +14,7 @@ queue and then block the host; the median over the calls is robust to a few of t
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from typing import Any, Callable
@@ -21,6 +22,15 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import curiosity, kan, mamba2, q_denoise, reduction, risk_budget, step
+
+
+# the layer pass (as lab.benchmarks' cases name it) that each operator runs
+OPERATOR_OF_PASS = {("mamba2", "forward"): "mamba2_forward", ("mamba2", "backward"): "mamba2_backward",
+                    ("q_denoise", "loss_and_grads"): "q_denoise_loss_and_grads", ("column_sum", "forward"): "column_sum",
+                    ("kan", "forward"): "kan_forward", ("kan", "backward"): "kan_backward",
+                    ("curiosity", "forward_backward"): "curiosity_forward_backward",
+                    ("risk_budget", "forward"): "risk_budget_forward"}
+HOST_TIMING = "host time per call (time.perf_counter, median, no synchronization between calls)"
 
 
 def median_host_us(fn: Callable[[], Any], calls: int, warmup: int) -> float:
@@ -86,6 +96,17 @@ def host_costs(sizes: step.StepSizes = step.StepSizes(), calls: int = 200, warmu
     return {name: {"operator_us": median_host_us(op, calls, warmup),
                    "function_us": median_host_us(function, calls, warmup)}
             for name, (op, function) in passes(sizes, precision, impl).items()}
+
+
+def host_records(sizes: step.StepSizes = step.StepSizes(), **kwargs: Any) -> list[dict[str, Any]]:
+    """`host_costs` as records of the profiling notebook's schema: one per operator, layer and
+    pass as the benchmarks name them, impl "torch_ops_host" with the operator's host time as
+    time_us and the public function's beside it as "function_us"."""
+    pass_of = {name: key for key, name in OPERATOR_OF_PASS.items()}
+    return [{"layer": pass_of[name][0], "pass": pass_of[name][1], "impl": "torch_ops_host",
+             "params": {**dataclasses.asdict(sizes), "precision": kwargs.get("precision", "tf32")},
+             "time_us": cost["operator_us"], "function_us": cost["function_us"], "timing": HOST_TIMING}
+            for name, cost in host_costs(sizes, **kwargs).items()]
 
 
 def main() -> None:
