@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="show papermill's log: every cell's start, end and printed output")
     run.add_argument("--timeout-cell", type=float, default=runner.DEFAULT_CELL_TIMEOUT_S, metavar="S",
                      help="seconds any one cell may run (default %(default)s)")
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                     help="finish an incomplete run folder (cut off by a time limit): its notebooks not "
+                          "yet ok, with its preset and parameters, from the same sources on the same GPU")
     index = sub.add_parser("index", help="rebuild papermill_runs/README.md and README.md's results "
                                          "block from the committed run folders")
     index.add_argument("--out", type=Path, default=runner.DEFAULT_OUT, help="the runs folder")
@@ -85,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         code, _ = runner.run(preset=args.preset, notebook_names=args.notebooks, param_pairs=args.params,
-                             out_dir=args.out, cell_timeout_s=args.timeout_cell)
+                             out_dir=args.out, cell_timeout_s=args.timeout_cell, resume=args.resume)
     except runner.RunnerError as exc:
         print(f"foxcute run: error: {exc}", file=sys.stderr)
         return 2

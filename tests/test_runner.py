@@ -157,6 +157,48 @@ def test_a_run_cut_off_from_outside_still_says_what_finished(tmp_path):
     assert runner.newest_gpu_run(out) is None
 
 
+def test_a_resumed_run_reruns_what_did_not_finish_with_the_runs_own_parameters(tmp_path):
+    """`foxcute run --resume RUN_DIR`: the notebooks not ok run again into the same folder
+    with the run's preset and overrides; a notebook already ok, new parameters, or other
+    sources are refused before anything runs."""
+    nb_dir = tmp_path / "nb"
+    nb_dir.mkdir()
+    write_notebook(nb_dir, "00_ok", "import json, pathlib\n"
+                   "pathlib.Path(output_dir, 'results_00_ok.json').write_text(json.dumps({'records': ["
+                   "{'layer': 'a', 'impl': 'i', 'pass': 'p', 'params': {}, 'time_us': 1.0}]}))")
+    write_notebook(nb_dir, "01_needs_go", "import json, pathlib\n"
+                   "assert pathlib.Path(output_dir, 'go').exists(), 'not yet'\n"
+                   "pathlib.Path(output_dir, 'results_01_needs_go.json').write_text(json.dumps({'records': ["
+                   "{'layer': 'b', 'impl': 'i', 'pass': 'p', 'params': {'count': count}, 'time_us': 2.0}]}))")
+    code, run_dir = runner.run(preset="cpu", param_pairs=["count=9"], out_dir=tmp_path / "runs",
+                               notebook_dir=nb_dir, progress_bar=False)
+    assert code != 0
+    first = json.loads((run_dir / "manifest.json").read_text())
+    assert [nb["status"] for nb in first["notebooks"]] == ["ok", "failed"] and first["complete"]
+
+    with pytest.raises(runner.RunnerError, match="keeps its own preset and parameters"):
+        runner.run(resume=run_dir, param_pairs=["count=3"], notebook_dir=nb_dir)
+    with pytest.raises(runner.RunnerError, match="00_ok already finished ok"):
+        runner.run(resume=run_dir, notebook_names=["00_ok"], notebook_dir=nb_dir)
+    tampered = json.loads((run_dir / "manifest.json").read_text())
+    tampered["provenance"]["source_sha256"] = "0" * 64
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text(json.dumps(tampered))
+    with pytest.raises(runner.RunnerError, match="source_sha256"):
+        runner.run(resume=other, notebook_dir=nb_dir)
+
+    (run_dir / "go").touch()
+    code, resumed_dir = runner.run(resume=run_dir, notebook_dir=nb_dir, progress_bar=False)
+    assert code == 0 and resumed_dir == run_dir
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [nb["status"] for nb in manifest["notebooks"]] == ["ok", "ok"] and manifest["complete"]
+    assert manifest["provenance"]["utc"] == first["provenance"]["utc"]
+    assert len(manifest["provenance"]["resumed_utc"]) == 1
+    records = json.loads((run_dir / "results.json").read_text())["records"]
+    assert [(r["layer"], r["params"]) for r in records] == [("a", {}), ("b", {"count": 9})]
+
+
 def test_run_folder_name_says_device_and_commit():
     prov = {"utc": "2026-11-29T12:00:00Z", "gpu": "NVIDIA H200", "git_commit": "0123456789abcdef", "git_dirty": True}
     assert runner.run_folder_name(prov) == "20261129T120000Z_nvidia-h200_01234567-dirty"

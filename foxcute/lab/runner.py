@@ -452,17 +452,60 @@ def write_run_record(run_dir: Path, preset_name: str, entries: list[dict[str, An
     (run_dir / "summary.md").write_text(summary_markdown(run_dir, manifest, results))
 
 
+def _resumed(run_dir: Path, preset: str, notebook_names: Sequence[str] | None, param_pairs: Sequence[str],
+             notebook_dir: Path, prov: dict[str, Any]) -> tuple:
+    """What `run(resume=run_dir)` continues: (run_dir, preset, the notebooks to run, the
+    run's parameter overrides, its manifest entries and parameters, its provenance with this
+    resumption added). RunnerError where the folder is not an incomplete run of these sources
+    on this GPU, or where a preset or parameters are asked for (the run's own apply)."""
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.exists():
+        raise RunnerError(f"cannot resume {run_dir}: it holds no manifest.json")
+    manifest = json.loads(manifest_path.read_text())
+    if preset != "auto" or param_pairs:
+        raise RunnerError("a resumed run keeps its own preset and parameters: leave --preset and --param out")
+    recorded = manifest["provenance"]
+    differ = [key for key in RESUME_MUST_MATCH if recorded.get(key) != prov.get(key)]
+    if differ:
+        raise RunnerError(f"cannot resume {run_dir.name}: this checkout or machine differs from the run's in "
+                          + ", ".join(f"{k} ({prov.get(k)!r}, the run's {recorded.get(k)!r})" for k in differ))
+    pending = [e["name"] for e in manifest["notebooks"] if e["status"] != "ok"]
+    wanted = [Path(n).stem for n in notebook_names] if notebook_names else pending
+    done = [n for n in wanted if n not in pending]
+    if done:
+        raise RunnerError(f"{', '.join(done)} already finished ok in {run_dir.name} (or are not in it); "
+                          f"left to run: {', '.join(pending) or 'nothing'}")
+    recorded["resumed_utc"] = [*recorded.get("resumed_utc", []), prov["utc"]]
+    return (run_dir, manifest["preset"], select_notebooks(wanted, notebook_dir), recorded.get("param_overrides", []),
+            manifest["notebooks"], manifest["parameters"], recorded)
+
+
 def _log(message: str) -> None:
     print(f"[foxcute run] {message}", file=sys.stderr, flush=True)
+
+
+# what a resumed run must share with the run it continues: the same sources on the same GPU
+RESUME_MUST_MATCH = ("git_commit", "git_dirty", "source_sha256", "gpu", "driver")
 
 
 def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
         param_pairs: Sequence[str] = (), out_dir: Path | str = DEFAULT_OUT,
         cell_timeout_s: float | None = DEFAULT_CELL_TIMEOUT_S, notebook_dir: Path = NOTEBOOK_DIR,
-        progress_bar: bool | None = None) -> tuple[int, Path]:
-    """Run the notebooks; return (exit code: 0 when every notebook finished "ok", run folder)."""
-    preset_name = resolve_preset(preset)
-    selected = select_notebooks(notebook_names, notebook_dir)
+        progress_bar: bool | None = None, resume: Path | str | None = None) -> tuple[int, Path]:
+    """Run the notebooks; return (exit code: 0 when every notebook finished "ok", run folder).
+
+    resume: an incomplete run folder to finish instead of starting a new one (a run longer
+    than one call of a machine with a time limit): its notebooks that are not "ok" run again,
+    with its preset and parameter overrides (`preset` and `param_pairs` must be left at their
+    defaults), into the same folder; the sources and the GPU must be the run's
+    (RESUME_MUST_MATCH), and the run's provenance keeps its start and lists each resumption."""
+    prov = provenance.collect()
+    if resume is not None:
+        run_dir, preset_name, selected, param_pairs, entries, parameters, prov = _resumed(
+            Path(resume), preset, notebook_names, param_pairs, notebook_dir, prov)
+    else:
+        preset_name = resolve_preset(preset)
+        selected = select_notebooks(notebook_names, notebook_dir)
     if not selected:
         raise RunnerError(f"no notebooks found in {notebook_dir}")
     declared = {nb.stem: declared_parameters(nb) for nb in selected}
@@ -470,19 +513,21 @@ def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
     if progress_bar is None:
         progress_bar = sys.stderr.isatty()
 
-    prov = provenance.collect()
-    out_dir = Path(out_dir).resolve()
-    run_dir = out_dir / run_folder_name(prov)
-    for n in range(2, 100):  # two runs within one second get distinct folders
-        if not run_dir.exists():
-            break
-        run_dir = out_dir / f"{run_folder_name(prov)}_{n}"
-    run_dir.mkdir(parents=True)
+    if resume is None:
+        prov["param_overrides"] = list(param_pairs)  # a resumption reuses them
+        out_dir = Path(out_dir).resolve()
+        run_dir = out_dir / run_folder_name(prov)
+        for n in range(2, 100):  # two runs within one second get distinct folders
+            if not run_dir.exists():
+                break
+            run_dir = out_dir / f"{run_folder_name(prov)}_{n}"
+        run_dir.mkdir(parents=True)
+        entries = [{"name": nb.stem, "status": "not run"} for nb in selected]
+        parameters: dict[str, dict[str, Any]] = {}
     _log(f"preset {preset_name}; {len(selected)} notebook(s) -> {run_dir}")
 
-    entries = [{"name": nb.stem, "status": "not run"} for nb in selected]
-    parameters: dict[str, dict[str, Any]] = {}
-    for i, nb in enumerate(selected):
+    for nb in selected:
+        i = next(n for n, e in enumerate(entries) if e["name"] == nb.stem)
         params = notebook_parameters(declared[nb.stem], PRESETS[preset_name], overrides, run_dir)
         parameters[nb.stem] = params
         entries[i] = {"name": nb.stem, "status": "running"}
@@ -493,7 +538,8 @@ def run(*, preset: str = "auto", notebook_names: Sequence[str] | None = None,
         entries[i] = entry
         detail = f" ({entry['error']['ename']}: {entry['error'].get('evalue', '')})" if "error" in entry else ""
         _log(f"{nb.stem}: {entry['status']} in {entry['seconds']} s{detail}")
-    write_run_record(run_dir, preset_name, entries, parameters, prov, complete=True)
+    write_run_record(run_dir, preset_name, entries, parameters, prov,
+                     complete=all(e["status"] not in ("running", "not run") for e in entries))
     # the index (papermill_runs/README.md) and README's results block are tracked files: a run
     # leaves them alone, so the next run's commit is not "-dirty" with identical sources
     failed = [e["name"] for e in entries if e["status"] != "ok"]
