@@ -1,0 +1,249 @@
+/* The launch code behind foxcute.h: argument checks, then each pass's kernels launched with
+ * the grid, workspace and ticket logic of the Python host code (foxcute/kernels/<layer>.py),
+ * for the sizes compiled in. The kernels themselves are the DSL's exported objects; the
+ * generated foxcute_kernels.h declares them and holds each kernel's static configuration
+ * (taken from the same Python objects that configure the Python path).
+ *
+ * Invariants: no pass allocates memory or synchronises; every check that needs no CUDA call
+ * runs before the first CUDA call, in the order of the status codes; a pass launches only
+ * after every check has passed.
+ */
+#include <math.h> /* isfinite (a macro: no libm) */
+#include <stdint.h>
+
+#include "foxcute.h"
+
+/* One column-sum kernel (foxcute.kernels.column_sum.ColumnSum(n)). */
+typedef int32_t (*fx_column_sum_fn)(void *G, void *out, void *work, void *tickets, int32_t m,
+                                    int32_t num_ctas, cudaStream_t stream);
+typedef struct {
+    int32_t n, pack, width, slices, rows, unroll, max_m;
+    fx_column_sum_fn launch;
+} fx_column_sum_t;
+
+/* The Q-denoise kernel, either finish (foxcute.kernels.q_denoise.QDenoiseKernel). */
+typedef int32_t (*fx_q_denoise_fn)(void *q, void *q_target, void *W1, void *b1, void *W2, void *b2,
+                                   void *dq, void *grads, void *work, void *tickets, int32_t batch,
+                                   int32_t num_ctas, int32_t group_size, int32_t num_groups,
+                                   float inv_count, cudaStream_t stream);
+
+/* One exported module: the DSL's init (cudaLibraryLoadData of its embedded cubin) and its
+ * per-device load, called as the DSL's generated <prefix>_Kernel_Module_Load calls them. */
+typedef struct {
+    void (*init)(void **);
+    void (*load_to_device)(void **);
+} fx_module_t;
+
+#include "foxcute_kernels.h"
+
+#define FX_MODULE_COUNT ((int)(sizeof FX_MODULES / sizeof FX_MODULES[0]))
+#define FX_TICKET_BYTES(count) (((size_t)(count) * sizeof(int32_t) + 15) / 16 * 16)
+
+static cudaLibrary_t fx_libraries[FX_MODULE_COUNT];
+static int fx_loaded;
+
+static int cuda_status(cudaError_t e) { return e == cudaSuccess ? FOXCUTE_OK : FOXCUTE_ERR_CUDA + (int)e; }
+
+int foxcute_load(void) {
+    int devices = 0;
+    int status = cuda_status(cudaGetDeviceCount(&devices));
+    for (int i = 0; i < FX_MODULE_COUNT && status == FOXCUTE_OK; i++) {
+        cudaLibrary_t *library = &fx_libraries[i];
+        cudaError_t ret = cudaSuccess;
+        struct { cudaLibrary_t **library; cudaError_t *ret; } init_args = {&library, &ret};
+        FX_MODULES[i].init((void **)&init_args);
+        status = cuda_status(ret);
+        for (int32_t device = 0; device < devices && status == FOXCUTE_OK; device++) {
+            struct { cudaLibrary_t **library; int32_t *device; cudaError_t *ret; } load_args =
+                {&library, &device, &ret};
+            FX_MODULES[i].load_to_device((void **)&load_args);
+            status = cuda_status(ret);
+        }
+    }
+    fx_loaded = status == FOXCUTE_OK;
+    return status;
+}
+
+int foxcute_unload(void) {
+    int status = FOXCUTE_OK;
+    if (!fx_loaded) return status;
+    fx_loaded = 0;
+    for (int i = 0; i < FX_MODULE_COUNT; i++) {
+        int s = cuda_status(cudaLibraryUnload(fx_libraries[i]));
+        if (status == FOXCUTE_OK) status = s;
+    }
+    return status;
+}
+
+const char *foxcute_status_string(int status) {
+    switch (status) {
+    case FOXCUTE_OK: return "ok";
+    case FOXCUTE_ERR_NULL_POINTER: return "null pointer";
+    case FOXCUTE_ERR_MISALIGNED: return "pointer not 16-byte aligned";
+    case FOXCUTE_ERR_SIZE: return "size not compiled in or out of range";
+    case FOXCUTE_ERR_VALUE: return "scalar not finite";
+    case FOXCUTE_ERR_NOT_LOADED: return "foxcute_load has not succeeded";
+    case FOXCUTE_ERR_WORKSPACE: return "workspace too small";
+    default: return status > FOXCUTE_ERR_CUDA ? "CUDA error (status - FOXCUTE_ERR_CUDA)" : "unknown status";
+    }
+}
+
+/* ---- checks (no CUDA call) ---- */
+
+/* FOXCUTE_ERR_NULL_POINTER if any pointer is NULL, else FOXCUTE_ERR_MISALIGNED if any is not
+ * 16-byte aligned, else FOXCUTE_OK. */
+static int check_pointers(const void *const *pointers, int count) {
+    for (int i = 0; i < count; i++)
+        if (pointers[i] == NULL) return FOXCUTE_ERR_NULL_POINTER;
+    for (int i = 0; i < count; i++)
+        if ((uintptr_t)pointers[i] % FOXCUTE_ALIGN) return FOXCUTE_ERR_MISALIGNED;
+    return FOXCUTE_OK;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The current device's multiprocessor count (what the Python path's grids are sized by). */
+static int sm_count(int32_t *sms) {
+    int device = 0;
+    int status = cuda_status(cudaGetDevice(&device));
+    if (status == FOXCUTE_OK) status = cuda_status(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device));
+    return status;
+}
+
+/* ---- column sum ---- */
+
+static const fx_column_sum_t *column_sum_kernel(int32_t M, int32_t N) {
+    for (size_t i = 0; i < sizeof FX_COLUMN_SUMS / sizeof FX_COLUMN_SUMS[0]; i++)
+        if (FX_COLUMN_SUMS[i].n == N) return M >= 1 && M <= FX_COLUMN_SUMS[i].max_m ? &FX_COLUMN_SUMS[i] : NULL;
+    return NULL;
+}
+
+/* column_sum.grid_size: CTAs along the rows, at most CTAS_PER_SM an SM over the slices. */
+static int32_t column_sum_grid(const fx_column_sum_t *k, int32_t M, int32_t sms) {
+    int64_t steps = ceil_div(ceil_div(M / k->pack, k->rows), k->unroll);
+    int64_t cap = (int64_t)FX_CTAS_PER_SM * sms / k->slices;
+    int64_t ctas = steps < cap ? steps : cap;
+    return (int32_t)(ctas > 1 ? ctas : 1);
+}
+
+/* Tickets (one a column slice), then the CTAs' partial rows and their total. */
+static size_t column_sum_bytes(const fx_column_sum_t *k, int32_t num_ctas) {
+    return FX_TICKET_BYTES(k->slices) + (size_t)(num_ctas + 1) * k->width * sizeof(float);
+}
+
+int foxcute_column_sum_workspace_bytes(int32_t M, int32_t N, size_t *bytes) {
+    const fx_column_sum_t *k = column_sum_kernel(M, N);
+    int32_t sms = 0;
+    if (bytes == NULL) return FOXCUTE_ERR_NULL_POINTER;
+    if (k == NULL) return FOXCUTE_ERR_SIZE;
+    int status = sm_count(&sms);
+    if (status == FOXCUTE_OK) *bytes = column_sum_bytes(k, column_sum_grid(k, M, sms));
+    return status;
+}
+
+int foxcute_column_sum(const float *G, float *out, int32_t M, int32_t N, void *workspace,
+                       size_t workspace_bytes, cudaStream_t stream) {
+    const void *pointers[] = {G, out, workspace};
+    int status = check_pointers(pointers, 3);
+    const fx_column_sum_t *k = column_sum_kernel(M, N);
+    int32_t sms = 0;
+    if (status != FOXCUTE_OK) return status;
+    if (k == NULL) return FOXCUTE_ERR_SIZE;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    if ((status = sm_count(&sms)) != FOXCUTE_OK) return status;
+    int32_t num_ctas = column_sum_grid(k, M, sms);
+    if (workspace_bytes < column_sum_bytes(k, num_ctas)) return FOXCUTE_ERR_WORKSPACE;
+    char *tickets = workspace;
+    return cuda_status((cudaError_t)k->launch((void *)G, out, tickets + FX_TICKET_BYTES(k->slices), tickets, M,
+                                              num_ctas, stream));
+}
+
+/* ---- Q-denoise ---- */
+
+typedef struct {
+    int32_t num_ctas, group_size, num_groups;
+} q_denoise_grid_t;
+
+/* floor(sqrt(n)) for n >= 0 (math.isqrt), by Newton's method on integers. */
+static int64_t isqrt(int64_t n) {
+    int64_t x = n, y = (n + 1) / 2;
+    while (y < x) {
+        x = y;
+        y = (x + n / x) / 2;
+    }
+    return x;
+}
+
+/* q_denoise.reduction_grid, and the one-level ("spread") finish where every CTA is resident
+ * at once (num_ctas <= sms), as q_denoise.loss_and_grads chooses. */
+static q_denoise_grid_t q_denoise_grid(int32_t B, int32_t sms) {
+    q_denoise_grid_t g;
+    int64_t by_sqrt = isqrt(ceil_div(B, FX_Q_SAMPLES) - 1) + 1;
+    int64_t by_groups = ceil_div(ceil_div(B, FX_Q_SAMPLES), FX_Q_MAX_GROUPS);
+    g.num_ctas = (int32_t)ceil_div(B, FX_Q_SAMPLES);
+    g.group_size = (int32_t)(by_sqrt > by_groups ? by_sqrt : by_groups);
+    g.num_groups = (int32_t)ceil_div(g.num_ctas, g.group_size);
+    if (g.num_ctas <= sms) {
+        g.group_size = g.num_ctas;
+        g.num_groups = 0;
+    }
+    return g;
+}
+
+/* Tickets (one a group and the final one), then the CTAs' and the groups' partial rows. */
+static size_t q_denoise_bytes(q_denoise_grid_t g) {
+    return FX_TICKET_BYTES(g.num_groups + 1) + (size_t)(g.num_ctas + g.num_groups) * FX_Q_PADDED * sizeof(float);
+}
+
+static int q_denoise_sizes(int32_t B, int32_t A, int32_t H) {
+    int ok = A == FOXCUTE_Q_DENOISE_A && H == FOXCUTE_Q_DENOISE_H && B >= 1 && B <= FOXCUTE_Q_DENOISE_MAX_B;
+    return ok ? FOXCUTE_OK : FOXCUTE_ERR_SIZE;
+}
+
+int foxcute_q_denoise_workspace_bytes(int32_t B, int32_t A, int32_t H, size_t *bytes) {
+    int32_t sms = 0;
+    if (bytes == NULL) return FOXCUTE_ERR_NULL_POINTER;
+    int status = q_denoise_sizes(B, A, H);
+    if (status == FOXCUTE_OK) status = sm_count(&sms);
+    if (status == FOXCUTE_OK) *bytes = q_denoise_bytes(q_denoise_grid(B, sms));
+    return status;
+}
+
+int foxcute_q_denoise_loss_and_grads(const float *q, const float *q_target, const float *W1,
+                                     const float *b1, const float *W2, const float *b2, float *dq,
+                                     float *grads, int32_t B, int32_t A, int32_t H, void *workspace,
+                                     size_t workspace_bytes, cudaStream_t stream) {
+    const void *pointers[] = {q, q_target, W1, b1, W2, b2, dq, grads, workspace};
+    int status = check_pointers(pointers, 9);
+    int32_t sms = 0;
+    if (status == FOXCUTE_OK) status = q_denoise_sizes(B, A, H);
+    if (status != FOXCUTE_OK) return status;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    if ((status = sm_count(&sms)) != FOXCUTE_OK) return status;
+    q_denoise_grid_t g = q_denoise_grid(B, sms);
+    if (workspace_bytes < q_denoise_bytes(g)) return FOXCUTE_ERR_WORKSPACE;
+    fx_q_denoise_fn launch = g.num_groups == 0 ? fx_q_denoise_spread : fx_q_denoise_two_level;
+    char *tickets = workspace;
+    float inv_count = (float)(1.0 / ((double)B * A));
+    return cuda_status((cudaError_t)launch((void *)q, (void *)q_target, (void *)W1, (void *)b1, (void *)W2,
+                                           (void *)b2, dq, grads, tickets + FX_TICKET_BYTES(g.num_groups + 1),
+                                           tickets, B, g.num_ctas, g.group_size, g.num_groups, inv_count,
+                                           stream));
+}
+
+/* ---- risk budget ---- */
+
+int foxcute_risk_budget_forward(const float *h, const float *isv, const float *e, const float *W1,
+                                const float *b1, const float *w2, float b2, float *risk, int32_t B,
+                                int32_t SH2, int32_t I, int32_t H, cudaStream_t stream) {
+    const void *pointers[] = {h, isv, e, W1, b1, w2, risk};
+    int status = check_pointers(pointers, 7);
+    if (status != FOXCUTE_OK) return status;
+    if (SH2 != FOXCUTE_RISK_BUDGET_SH2 || I != FOXCUTE_RISK_BUDGET_I || H != FOXCUTE_RISK_BUDGET_H || B < 1 ||
+        B > FOXCUTE_RISK_BUDGET_MAX_B)
+        return FOXCUTE_ERR_SIZE;
+    if (!isfinite(b2)) return FOXCUTE_ERR_VALUE;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    return cuda_status((cudaError_t)fx_risk_budget((void *)h, (void *)isv, (void *)e, (void *)W1, (void *)b1,
+                                                   (void *)w2, risk, B, b2, stream));
+}

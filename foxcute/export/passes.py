@@ -1,0 +1,129 @@
+"""The exported layer passes: for each, the kernels it compiles at the export's sizes and the
+C text the launch code (c/foxcute.c) needs: the public size macros of foxcute.h, and the
+kernels' static configuration and adapters for the private foxcute_kernels.h.
+
+Every number the C code uses is read here from the objects that configure the Python path
+(ColumnSum(n), QDenoiseKernel, the modules' limits), so the two cannot drift apart silently;
+the grid formulas themselves are restated in C (foxcute.c names the Python function each
+mirrors) and the GPU test checks the results against the float64 references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import _arrays, reduction
+from ..step import StepSizes
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One compiled kernel: exported under the symbol prefix fxk_<name>, called through the
+    adapter fx_<name> (foxcute_kernels.h) whose C parameters are `params`."""
+
+    name: str
+    static: dict[str, Any]  # its static parameters, for the manifest
+    build: Callable[[], tuple[Any, tuple]]  # (jit object, compile arguments)
+    params: Sequence[tuple[str, str]]  # (C type, name) after the DSL wrapper's module argument
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedPass:
+    name: str  # the C function: foxcute_<name>
+    kernels: list[Kernel]
+    public: str  # size macros for foxcute.h
+    private: str  # constants and tables for foxcute_kernels.h (after the adapters)
+
+
+def _ptrs(*names: str) -> list[tuple[str, str]]:
+    return [("void *", n) for n in names]
+
+
+STREAM = [("cudaStream_t ", "stream")]
+
+
+def _check(module: Any, where: str, arrays: dict[str, tuple[tuple[int, ...], tuple[str, ...]]]) -> None:
+    """The kernel module's own size check (check_sizes, FoxcuteInputError where it refuses),
+    on empty stand-in arrays of one row that bind the compiled sizes."""
+    chk = _arrays.Checker(where, gpu=False)
+    for name, (shape, dims) in arrays.items():
+        chk.array(name, np.empty(shape, np.float32), dims)
+    module.check_sizes(chk)
+
+
+def column_sum(sizes: StepSizes, precision: str) -> ExportedPass:
+    """The bias-gradient sums of the step: N = A (the IQN head) and N = H_iqn (its hidden
+    layer); one ColumnSum kernel a width, M free."""
+    from ..kernels import column_sum as cs
+
+    widths = sorted({sizes.A, sizes.H_iqn})
+    rows, kernels = [], []
+    for n in widths:
+        if not 1 <= n <= reduction.MAX_N:
+            raise _arrays.FoxcuteInputError(f"foxcute export: column_sum N={n} is outside 1..{reduction.MAX_N}")
+        k = cs._config(n)
+        max_m = cs.MAX_ELEMENTS // n // 4 * 4  # column_sum's row block: one launch, 32-bit indexing
+        kernels.append(Kernel(f"column_sum_n{n}", {"N": n}, lambda n=n: (cs._config(n), cs.compile_args()),
+                              _ptrs("G", "out", "work", "tickets") + [("int32_t ", "m"), ("int32_t ", "num_ctas")]
+                              + STREAM))
+        rows.append(f"    {{{n}, {k.pack}, {k.width}, {k.slices}, {k.rows}, {k.unroll}, {max_m}, fx_column_sum_n{n}}},")
+    public = f"#define FOXCUTE_COLUMN_SUM_WIDTHS {{{', '.join(map(str, widths))}}}"
+    private = "\n".join([f"#define FX_CTAS_PER_SM {cs.CTAS_PER_SM}",
+                         "static const fx_column_sum_t FX_COLUMN_SUMS[] = {", *rows, "};"])
+    return ExportedPass("column_sum", kernels, public, private)
+
+
+def q_denoise(sizes: StepSizes, precision: str) -> ExportedPass:
+    """Loss and gradients in one launch: the kernel with the one-level finish (grids of at
+    most one CTA an SM) and with the two-level one; A = A_q, H = H_q, B free."""
+    from ..kernels import q_denoise as qd
+
+    A, H = sizes.A_q, sizes.H_q
+    _check(qd, "foxcute export: q_denoise", {"q": ((1, A), ("B", "A")), "W1": ((H, A), ("H", "A"))})
+    max_b = min(qd.MAX_ELEMENTS // A, qd.SAMPLES * (qd.MAX_ELEMENTS // qd.padded_entries(A, H) - qd.MAX_GROUPS))
+    params = (_ptrs("q", "q_target", "W1", "b1", "W2", "b2", "dq", "grads", "work", "tickets")
+              + [("int32_t ", n) for n in ("batch", "num_ctas", "group_size", "num_groups")]
+              + [("float ", "inv_count")] + STREAM)
+    kernels = [Kernel(f"q_denoise_{finish}", {"A": A, "H": H, "spread": spread},
+                      lambda spread=spread: qd._kernel_and_args(A, H, spread), params)
+               for finish, spread in (("spread", True), ("two_level", False))]
+    offsets = {"DW1": 0, "DB1": H * A, "DW2": H * A + H, "DB2": 2 * H * A + H, "LOSS": 2 * H * A + H + A}
+    public = "\n".join([f"#define FOXCUTE_Q_DENOISE_A {A}", f"#define FOXCUTE_Q_DENOISE_H {H}",
+                        f"#define FOXCUTE_Q_DENOISE_MAX_B {max_b}",
+                        f"#define FOXCUTE_Q_DENOISE_GRADS {qd.num_entries(A, H)}",
+                        *(f"#define FOXCUTE_Q_DENOISE_{k} {v}" for k, v in offsets.items())])
+    private = "\n".join([f"#define FX_Q_SAMPLES {qd.SAMPLES}", f"#define FX_Q_MAX_GROUPS {qd.MAX_GROUPS}",
+                         f"#define FX_Q_PADDED {qd.padded_entries(A, H)}"])
+    return ExportedPass("q_denoise_loss_and_grads", kernels, public, private)
+
+
+def risk_budget(sizes: StepSizes, precision: str) -> ExportedPass:
+    """The forward, one kernel of the export's precision; SH2, I = I_risk, H = H_risk, B free."""
+    from ..kernels import risk_budget as rb
+
+    SH2, I, H = sizes.SH2, sizes.I_risk, sizes.H_risk
+    _check(rb, "foxcute export: risk_budget",
+           {"h": ((1, SH2), ("B", "SH2")), "isv": ((I,), ("I",)), "W1": ((H, 1), ("H", "one"))})
+    kernel = Kernel("risk_budget", {"SH2": SH2, "I": I, "H": H, "precision": precision},
+                    lambda: rb._kernel_and_args(SH2, I, H, precision),
+                    _ptrs("h", "isv", "e", "W1", "b1", "w2", "risk") + [("int32_t ", "batch"), ("float ", "b2")]
+                    + STREAM)
+    public = "\n".join([f"#define FOXCUTE_RISK_BUDGET_SH2 {SH2}", f"#define FOXCUTE_RISK_BUDGET_I {I}",
+                        f"#define FOXCUTE_RISK_BUDGET_H {H}",
+                        f"#define FOXCUTE_RISK_BUDGET_MAX_B {rb.MAX_ELEMENTS // SH2}"])
+    return ExportedPass("risk_budget_forward", [kernel], public, "")
+
+
+PASSES = (column_sum, q_denoise, risk_budget)  # the order of foxcute.h and the manifest
+
+
+def adapter(kernel: Kernel) -> str:
+    """fx_<name>: the DSL's static inline wrapper with its module argument dropped (the
+    wrapper does not read it: the module's kernel handle is a global of its object)."""
+    params = ", ".join(f"{t}{n}" for t, n in kernel.params)
+    names = ", ".join(n for _, n in kernel.params)
+    return (f"static int32_t fx_{kernel.name}({params}) {{\n"
+            f"    return cute_dsl_fxk_{kernel.name}_wrapper(NULL, {names});\n}}")
