@@ -1,0 +1,311 @@
+/* The C test of an exported foxcute library (tests/test_export.py builds it on the CPU,
+ * tests/test_gpu_export.py runs it on the H200).
+ *
+ *   foxcute_test validate   every argument check of foxcute.h that precedes any CUDA call:
+ *                           runs without a GPU; exit 0 when every check gave its documented code
+ *   foxcute_test run DIR    the cases of DIR/cases.txt on the GPU, inputs from DIR/<case>.<arg>.bin
+ *                           (raw float32, written by Python); writes each output three times,
+ *                           DIR/<case>.<output>.{first,second,graph}.bin: two plain runs, then the
+ *                           outputs after two replays of one CUDA graph that captured every case
+ *                           (the outputs are set to NaN before the replays, so a replay that
+ *                           launched nothing leaves NaN). Exit 0 when every call returned FOXCUTE_OK.
+ *
+ * cases.txt, one case a line: `NAME column_sum M N`, `NAME q_denoise B`, `NAME risk_budget B b2`.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "foxcute.h"
+
+static int failures;
+
+static void expect(const char *what, int got, int want) {
+    if (got != want) {
+        printf("FAIL %s: status %d (%s), expected %d (%s)\n", what, got, foxcute_status_string(got), want,
+               foxcute_status_string(want));
+        failures++;
+    }
+}
+
+/* ---- validate: no CUDA call happens, so fake device addresses are never dereferenced ---- */
+
+#define P ((float *)(uintptr_t)0x10000)          /* aligned, never dereferenced */
+#define ODD ((float *)(uintptr_t)0x10004)        /* 4 bytes off the 16-byte grid */
+#define WS ((void *)(uintptr_t)0x20000)
+
+static void validate_column_sum(void) {
+    int widths[] = FOXCUTE_COLUMN_SUM_WIDTHS;
+    int32_t n = widths[0];
+    size_t bytes = 0;
+    expect("column_sum null G", foxcute_column_sum(NULL, P, 64, n, WS, 1 << 20, 0), FOXCUTE_ERR_NULL_POINTER);
+    expect("column_sum null workspace", foxcute_column_sum(P, P, 64, n, NULL, 1 << 20, 0), FOXCUTE_ERR_NULL_POINTER);
+    expect("column_sum null before misaligned", foxcute_column_sum(ODD, NULL, 64, n, WS, 1 << 20, 0),
+           FOXCUTE_ERR_NULL_POINTER);
+    expect("column_sum misaligned out", foxcute_column_sum(P, ODD, 64, n, WS, 1 << 20, 0), FOXCUTE_ERR_MISALIGNED);
+    expect("column_sum misaligned workspace", foxcute_column_sum(P, P, 64, n, (char *)WS + 8, 1 << 20, 0),
+           FOXCUTE_ERR_MISALIGNED);
+    expect("column_sum N not compiled", foxcute_column_sum(P, P, 64, 4097, WS, 1 << 20, 0), FOXCUTE_ERR_SIZE);
+    expect("column_sum M = 0", foxcute_column_sum(P, P, 0, n, WS, 1 << 20, 0), FOXCUTE_ERR_SIZE);
+    expect("column_sum M*N >= 2^31", foxcute_column_sum(P, P, INT32_MAX / n + 1, n, WS, 1 << 20, 0),
+           FOXCUTE_ERR_SIZE);
+    expect("column_sum not loaded", foxcute_column_sum(P, P, 64, n, WS, 1 << 20, 0), FOXCUTE_ERR_NOT_LOADED);
+    expect("column_sum workspace query null", foxcute_column_sum_workspace_bytes(64, n, NULL),
+           FOXCUTE_ERR_NULL_POINTER);
+    expect("column_sum workspace query N", foxcute_column_sum_workspace_bytes(64, 4097, &bytes), FOXCUTE_ERR_SIZE);
+}
+
+static int q_denoise(const float *q, float *dq, int32_t B, int32_t A, int32_t H, void *ws) {
+    return foxcute_q_denoise_loss_and_grads(q, P, P, P, P, P, dq, P, B, A, H, ws, 1 << 20, 0);
+}
+
+static void validate_q_denoise(void) {
+    const int32_t A = FOXCUTE_Q_DENOISE_A, H = FOXCUTE_Q_DENOISE_H;
+    size_t bytes = 0;
+    expect("q_denoise null q", q_denoise(NULL, P, 64, A, H, WS), FOXCUTE_ERR_NULL_POINTER);
+    expect("q_denoise null workspace", q_denoise(P, P, 64, A, H, NULL), FOXCUTE_ERR_NULL_POINTER);
+    expect("q_denoise misaligned dq", q_denoise(P, ODD, 64, A, H, WS), FOXCUTE_ERR_MISALIGNED);
+    expect("q_denoise A not compiled", q_denoise(P, P, 64, A + 1, H, WS), FOXCUTE_ERR_SIZE);
+    expect("q_denoise H not compiled", q_denoise(P, P, 64, A, H + 1, WS), FOXCUTE_ERR_SIZE);
+    expect("q_denoise B = 0", q_denoise(P, P, 0, A, H, WS), FOXCUTE_ERR_SIZE);
+    expect("q_denoise B too large", q_denoise(P, P, FOXCUTE_Q_DENOISE_MAX_B + 1, A, H, WS), FOXCUTE_ERR_SIZE);
+    expect("q_denoise not loaded", q_denoise(P, P, 64, A, H, WS), FOXCUTE_ERR_NOT_LOADED);
+    expect("q_denoise workspace query null", foxcute_q_denoise_workspace_bytes(64, A, H, NULL),
+           FOXCUTE_ERR_NULL_POINTER);
+    expect("q_denoise workspace query A", foxcute_q_denoise_workspace_bytes(64, A + 1, H, &bytes), FOXCUTE_ERR_SIZE);
+}
+
+static int risk(const float *h, float b2, int32_t B, int32_t SH2, int32_t I, int32_t H) {
+    return foxcute_risk_budget_forward(h, P, P, P, P, P, b2, P, B, SH2, I, H, 0);
+}
+
+static void validate_risk_budget(void) {
+    const int32_t SH2 = FOXCUTE_RISK_BUDGET_SH2, I = FOXCUTE_RISK_BUDGET_I, H = FOXCUTE_RISK_BUDGET_H;
+    expect("risk_budget null h", risk(NULL, 0.f, 64, SH2, I, H), FOXCUTE_ERR_NULL_POINTER);
+    expect("risk_budget misaligned h", risk(ODD, 0.f, 64, SH2, I, H), FOXCUTE_ERR_MISALIGNED);
+    expect("risk_budget SH2 not compiled", risk(P, 0.f, 64, SH2 + 4, I, H), FOXCUTE_ERR_SIZE);
+    expect("risk_budget I not compiled", risk(P, 0.f, 64, SH2, I + 1, H), FOXCUTE_ERR_SIZE);
+    expect("risk_budget H not compiled", risk(P, 0.f, 64, SH2, I, H + 4), FOXCUTE_ERR_SIZE);
+    expect("risk_budget B = 0", risk(P, 0.f, 0, SH2, I, H), FOXCUTE_ERR_SIZE);
+    expect("risk_budget b2 NaN", risk(P, NAN, 64, SH2, I, H), FOXCUTE_ERR_VALUE);
+    expect("risk_budget b2 inf", risk(P, INFINITY, 64, SH2, I, H), FOXCUTE_ERR_VALUE);
+    expect("risk_budget not loaded", risk(P, 0.f, 64, SH2, I, H), FOXCUTE_ERR_NOT_LOADED);
+}
+
+static int validate(void) {
+    validate_column_sum();
+    validate_q_denoise();
+    validate_risk_budget();
+    expect("unload before load", foxcute_unload(), FOXCUTE_OK);
+    printf("validate: %d failure(s)\n", failures);
+    return failures != 0;
+}
+
+/* ---- run: the passes on the GPU ---- */
+
+#define MAX_BUFFERS 10
+#define MAX_CASES 16
+
+typedef struct {
+    char name[16];
+    size_t count; /* floats */
+    float *device;
+} buffer_t;
+
+typedef struct case_s {
+    char name[64], pass[32];
+    int32_t M, N, B;
+    float b2;
+    int inputs, outputs;
+    buffer_t buffers[MAX_BUFFERS]; /* inputs, then outputs */
+    void *workspace;
+    size_t workspace_bytes;
+} case_t;
+
+static int cuda_ok(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        printf("FAIL %s: %s\n", what, cudaGetErrorString(e));
+        failures++;
+    }
+    return e == cudaSuccess;
+}
+
+static void add(case_t *c, const char *name, size_t count, int output) {
+    buffer_t *b = &c->buffers[c->inputs + c->outputs];
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->count = count;
+    output ? c->outputs++ : c->inputs++;
+}
+
+static float *buf(case_t *c, int i) { return c->buffers[i].device; }
+
+/* The pass of case c with its buffers (inputs in order, then outputs). */
+static int launch(case_t *c, size_t workspace_bytes, cudaStream_t s) {
+    if (!strcmp(c->pass, "column_sum"))
+        return foxcute_column_sum(buf(c, 0), buf(c, 1), c->M, c->N, c->workspace, workspace_bytes, s);
+    if (!strcmp(c->pass, "q_denoise"))
+        return foxcute_q_denoise_loss_and_grads(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5),
+                                                buf(c, 6), buf(c, 7), c->B, FOXCUTE_Q_DENOISE_A,
+                                                FOXCUTE_Q_DENOISE_H, c->workspace, workspace_bytes, s);
+    return foxcute_risk_budget_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), c->b2,
+                                       buf(c, 6), c->B, FOXCUTE_RISK_BUDGET_SH2, FOXCUTE_RISK_BUDGET_I,
+                                       FOXCUTE_RISK_BUDGET_H, s);
+}
+
+/* The buffers and the workspace size of the case's pass; 0 where the pass is unknown. */
+static int describe(case_t *c) {
+    const size_t A = FOXCUTE_Q_DENOISE_A, H = FOXCUTE_Q_DENOISE_H;
+    const size_t SH2 = FOXCUTE_RISK_BUDGET_SH2, I = FOXCUTE_RISK_BUDGET_I, HR = FOXCUTE_RISK_BUDGET_H;
+    if (!strcmp(c->pass, "column_sum")) {
+        add(c, "G", (size_t)c->M * c->N, 0);
+        add(c, "out", c->N, 1);
+        expect("column_sum workspace query", foxcute_column_sum_workspace_bytes(c->M, c->N, &c->workspace_bytes),
+               FOXCUTE_OK);
+    } else if (!strcmp(c->pass, "q_denoise")) {
+        const char *in[] = {"q", "q_target", "W1", "b1", "W2", "b2"};
+        size_t count[] = {c->B * A, c->B * A, H * A, H, A * H, A};
+        for (int i = 0; i < 6; i++) add(c, in[i], count[i], 0);
+        add(c, "dq", c->B * A, 1);
+        add(c, "grads", FOXCUTE_Q_DENOISE_GRADS, 1);
+        expect("q_denoise workspace query",
+               foxcute_q_denoise_workspace_bytes(c->B, (int32_t)A, (int32_t)H, &c->workspace_bytes), FOXCUTE_OK);
+    } else if (!strcmp(c->pass, "risk_budget")) {
+        const char *in[] = {"h", "isv", "e", "W1", "b1", "w2"};
+        size_t count[] = {c->B * SH2, I, c->B, HR * (SH2 + I + 1), HR, HR};
+        for (int i = 0; i < 6; i++) add(c, in[i], count[i], 0);
+        add(c, "risk", c->B, 1);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static int read_file(const char *path, float *host, size_t count) {
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(host, sizeof(float), count, f) : 0;
+    if (f) fclose(f);
+    if (got != count) {
+        printf("FAIL reading %zu floats from %s\n", count, path);
+        failures++;
+    }
+    return got == count;
+}
+
+static void write_file(const char *path, const float *host, size_t count) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(host, sizeof(float), count, f) != count) {
+        printf("FAIL writing %s\n", path);
+        failures++;
+    }
+    if (f) fclose(f);
+}
+
+/* Device buffers (inputs read from DIR), and the workspace, zeroed once as foxcute.h asks. */
+static void setup(case_t *c, const char *dir) {
+    char path[1024];
+    for (int i = 0; i < c->inputs + c->outputs; i++) {
+        buffer_t *b = &c->buffers[i];
+        cuda_ok(cudaMalloc((void **)&b->device, b->count * sizeof(float)), "cudaMalloc");
+        if (i >= c->inputs) continue;
+        float *host = malloc(b->count * sizeof(float));
+        snprintf(path, sizeof path, "%s/%s.%s.bin", dir, c->name, b->name);
+        if (read_file(path, host, b->count))
+            cuda_ok(cudaMemcpy(b->device, host, b->count * sizeof(float), cudaMemcpyHostToDevice), "upload");
+        free(host);
+    }
+    if (c->workspace_bytes == 0) return; /* the risk budget needs none */
+    cuda_ok(cudaMalloc(&c->workspace, c->workspace_bytes), "cudaMalloc workspace");
+    cuda_ok(cudaMemset(c->workspace, 0, c->workspace_bytes), "zero the workspace once");
+}
+
+static void save_outputs(case_t *c, const char *dir, const char *run) {
+    char path[1024];
+    for (int i = c->inputs; i < c->inputs + c->outputs; i++) {
+        buffer_t *b = &c->buffers[i];
+        float *host = malloc(b->count * sizeof(float));
+        cuda_ok(cudaMemcpy(host, b->device, b->count * sizeof(float), cudaMemcpyDeviceToHost), "download");
+        snprintf(path, sizeof path, "%s/%s.%s.%s.bin", dir, c->name, b->name, run);
+        write_file(path, host, b->count);
+        free(host);
+    }
+}
+
+static int read_cases(const char *dir, case_t *cases) {
+    char path[1024], line[256];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/cases.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        printf("FAIL no %s\n", path);
+        failures++;
+        return 0;
+    }
+    while (n < MAX_CASES && fgets(line, sizeof line, f)) {
+        case_t *c = &cases[n];
+        memset(c, 0, sizeof *c);
+        int used = 0;
+        if (sscanf(line, "%63s %31s%n", c->name, c->pass, &used) != 2) continue;
+        const char *rest = line + used;
+        if (!strcmp(c->pass, "column_sum")) sscanf(rest, "%d %d", &c->M, &c->N);
+        else sscanf(rest, "%d %f", &c->B, &c->b2);
+        if (describe(c)) {
+            n++;
+        } else {
+            printf("FAIL unknown pass '%s'\n", c->pass);
+            failures++;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+/* Capture every case's pass into one graph, set the outputs to NaN, replay twice. */
+static void graph_replays(case_t *cases, int n, cudaStream_t s) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    if (!cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture")) return;
+    for (int i = 0; i < n; i++) expect("captured pass", launch(&cases[i], cases[i].workspace_bytes, s), FOXCUTE_OK);
+    if (!cuda_ok(cudaStreamEndCapture(s, &graph), "end capture")) return;
+    if (!cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate")) return;
+    for (int i = 0; i < n; i++)
+        for (int j = cases[i].inputs; j < cases[i].inputs + cases[i].outputs; j++)
+            cuda_ok(cudaMemset(cases[i].buffers[j].device, 0xff, cases[i].buffers[j].count * sizeof(float)), "NaN");
+    for (int r = 0; r < 2; r++) cuda_ok(cudaGraphLaunch(exec, s), "graph replay");
+    cuda_ok(cudaStreamSynchronize(s), "replay sync");
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+}
+
+static int run(const char *dir) {
+    case_t cases[MAX_CASES];
+    cudaStream_t s;
+    expect("foxcute_load", foxcute_load(), FOXCUTE_OK);
+    cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    int n = read_cases(dir, cases);
+    for (int i = 0; i < n; i++) setup(&cases[i], dir);
+    for (int i = 0; i < n; i++) {
+        if (cases[i].workspace_bytes > 0)
+            expect("workspace one byte short", launch(&cases[i], cases[i].workspace_bytes - 1, s),
+                   FOXCUTE_ERR_WORKSPACE);
+        const char *runs[] = {"first", "second"};
+        for (int r = 0; r < 2; r++) {
+            expect(cases[i].name, launch(&cases[i], cases[i].workspace_bytes, s), FOXCUTE_OK);
+            cuda_ok(cudaStreamSynchronize(s), cases[i].name);
+            save_outputs(&cases[i], dir, runs[r]);
+        }
+    }
+    graph_replays(cases, n, s);
+    for (int i = 0; i < n; i++) save_outputs(&cases[i], dir, "graph");
+    expect("foxcute_unload", foxcute_unload(), FOXCUTE_OK);
+    printf("run: %d case(s), %d failure(s)\n", n, failures);
+    return failures != 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "validate")) return validate();
+    if (argc == 3 && !strcmp(argv[1], "run")) return run(argv[2]);
+    fprintf(stderr, "usage: %s validate | run DIR\n", argv[0]);
+    return 2;
+}
