@@ -17,7 +17,7 @@ from .. import _layer
 from .._arrays import FoxcuteInputError
 from ..step import StepSizes
 from . import passes
-from .build import ExportError, build
+from .toolchain import ExportError, build
 
 __all__ = ["ExportError", "export", "parse_sizes"]
 

@@ -75,6 +75,18 @@ def link_flags(out: Path, root: Path) -> list[str]:
     return [f"-L{out}", "-lfoxcute", f"-L{cuda_libdir(root)}", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
 
 
+def compile_program(source: Path, exe: Path, out: Path) -> list[str]:
+    """Compile and link a C program against the export in `out` with the system compiler, as
+    docs/export.md shows; returns the command."""
+    root = cuda_root()
+    if root is None:
+        raise ExportError("no CUDA runtime headers and static library found: see cuda_root")
+    cmd = ["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{out}", f"-I{root / 'include'}",
+           str(source), "-o", str(exe), *link_flags(out, root)]
+    run(cmd)
+    return cmd
+
+
 def run(cmd: list[str], cwd: Path | None = None) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if done.returncode:

@@ -1,0 +1,101 @@
+"""`foxcute export` without a GPU (issue 33): the export runs at the trainer's sizes, its
+manifest and header say what was compiled in, the C test program compiles and links against
+the library with the system compiler, and every argument check that precedes a CUDA call gives
+its documented status code (run on the CPU: the checks return before CUDA is touched)."""
+
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from foxcute import cli, export
+from foxcute.export import toolchain
+from foxcute.step import StepSizes
+
+TESTS = Path(__file__).resolve().parent
+PASS_KERNELS = {"column_sum": ["column_sum_n3", "column_sum_n128"],
+                "q_denoise_loss_and_grads": ["q_denoise_spread", "q_denoise_two_level"],
+                "risk_budget_forward": ["risk_budget"]}
+
+pytestmark = pytest.mark.skipif(toolchain.cuda_root() is None or shutil.which("cc") is None,
+                                reason="no C compiler, or no CUDA runtime headers and libcudart_static.a "
+                                       "(CUDA_HOME, /usr/local/cuda or the nvidia-cuda-runtime wheel)")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The export at the trainer's sizes, through the command line."""
+    out = tmp_path_factory.mktemp("export")
+    assert cli.main(["export", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def test_program(exported):
+    exe = exported / "foxcute_test"
+    toolchain.compile_program(TESTS / "c" / "foxcute_test.c", exe, exported)
+    return exe
+
+
+def test_manifest_names_what_was_compiled(exported):
+    manifest = json.loads((exported / "manifest.json").read_text())
+    assert {p: [k["kernel"] for k in ks] for p, ks in manifest["passes"].items()} == PASS_KERNELS
+    assert manifest["passes"]["risk_budget_forward"][0] == {
+        "kernel": "risk_budget", "symbol_prefix": "fxk_risk_budget", "SH2": 256, "I": 16, "H": 64,
+        "precision": "tf32"}
+    assert (manifest["arch"], manifest["precision"], manifest["sizes"]["A_q"]) == ("sm_90a", "tf32", 12)
+    assert manifest["dsl_version"] == importlib.metadata.version("nvidia-cutlass-dsl")
+    assert manifest["source_fingerprint"] == toolchain.source_fingerprint()
+    assert manifest["library"]["sha256"] == toolchain.sha256(exported / "libfoxcute.a")
+    assert manifest["header"]["sha256"] == toolchain.sha256(exported / "foxcute.h")
+
+
+def test_header_states_the_compiled_sizes(exported):
+    header = (exported / "foxcute.h").read_text()
+    defines = dict(re.findall(r"#define (FOXCUTE_\w+) (.+?)\s*(?:/\*.*)?$", header, re.M))
+    assert defines["FOXCUTE_COLUMN_SUM_WIDTHS"] == "{3, 128}"
+    assert defines["FOXCUTE_PRECISION"] == '"tf32"'
+    # dW1 [24, 12] | db1 [24] | dW2 [12, 24] | db2 [12] | loss, as the Python path slices them
+    assert [int(defines[f"FOXCUTE_Q_DENOISE_{k}"]) for k in ("DW1", "DB1", "DW2", "DB2", "LOSS", "GRADS")] == \
+        [0, 288, 312, 600, 612, 613]
+    codes = [int(defines[k]) for k in defines if k.startswith("FOXCUTE_ERR_") or k == "FOXCUTE_OK"]
+    assert len(codes) == len(set(codes)) == 8
+
+
+def test_library_holds_every_kernel_the_launch_code_and_the_dsl_runtime(exported):
+    symbols = subprocess.run(["nm", "--defined-only", str(exported / "libfoxcute.a")], capture_output=True,
+                             text=True, check=True).stdout
+    defined = {line.split()[-1] for line in symbols.splitlines() if len(line.split()) == 3}
+    for kernel in sum(PASS_KERNELS.values(), []):
+        assert f"_mlir_fxk_{kernel}_cuda_init" in defined
+    assert {"foxcute_load", "foxcute_column_sum", "foxcute_q_denoise_loss_and_grads",
+            "foxcute_risk_budget_forward", "_cudaLaunchKernelEx"} <= defined
+
+
+def test_c_program_compiles_and_links(test_program):
+    assert test_program.is_file()
+
+
+def test_argument_checks_return_their_codes_before_any_cuda_call(test_program):
+    done = subprocess.run([str(test_program), "validate"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "validate: 0 failure(s)"
+
+
+def test_sizes_parse_as_step_sizes():
+    assert export.parse_sizes("trainer") == StepSizes()
+    assert export.parse_sizes("SH2=128, H_risk=32") == StepSizes(SH2=128, H_risk=32)
+    for bad in ("SH3=128", "SH2=big", "SH2=0"):
+        with pytest.raises(export.ExportError):
+            export.parse_sizes(bad)
+
+
+@pytest.mark.parametrize("sizes", ["H_risk=130", "A_q=33", "H_iqn=4097"])
+def test_export_refuses_sizes_the_kernels_do_not_take(tmp_path, sizes, capsys):
+    assert cli.main(["export", "--out", str(tmp_path), "--sizes", sizes]) == 2
+    assert "foxcute export: error:" in capsys.readouterr().err
+    assert not (tmp_path / "libfoxcute.a").exists()
