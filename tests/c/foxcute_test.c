@@ -271,7 +271,8 @@ static void graph_replays(case_t *cases, int n, cudaStream_t s) {
     if (!cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate")) return;
     for (int i = 0; i < n; i++)
         for (int j = cases[i].inputs; j < cases[i].inputs + cases[i].outputs; j++)
-            cuda_ok(cudaMemset(cases[i].buffers[j].device, 0xff, cases[i].buffers[j].count * sizeof(float)), "NaN");
+            cuda_ok(cudaMemsetAsync(cases[i].buffers[j].device, 0xff, cases[i].buffers[j].count * sizeof(float), s),
+                    "NaN"); /* on s: ordered before the replays */
     for (int r = 0; r < 2; r++) cuda_ok(cudaGraphLaunch(exec, s), "graph replay");
     cuda_ok(cudaStreamSynchronize(s), "replay sync");
     cudaGraphExecDestroy(exec);
@@ -285,6 +286,7 @@ static int run(const char *dir) {
     cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
     int n = read_cases(dir, cases);
     for (int i = 0; i < n; i++) setup(&cases[i], dir);
+    cuda_ok(cudaDeviceSynchronize(), "setup"); /* the uploads and memsets ran on the legacy stream, not s */
     for (int i = 0; i < n; i++) {
         if (cases[i].workspace_bytes > 0)
             expect("workspace one byte short", launch(&cases[i], cases[i].workspace_bytes - 1, s),
