@@ -5,6 +5,7 @@ its documented status code (run on the CPU: the checks return before CUDA is tou
 
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -99,3 +100,17 @@ def test_export_refuses_sizes_the_kernels_do_not_take(tmp_path, sizes, capsys):
     assert cli.main(["export", "--out", str(tmp_path), "--sizes", sizes]) == 2
     assert "foxcute export: error:" in capsys.readouterr().err
     assert not (tmp_path / "libfoxcute.a").exists()
+
+
+@pytest.mark.skipif(shutil.which("cargo") is None, reason="no cargo on the PATH")
+def test_rust_example_builds_links_and_gets_the_checks_codes(exported, tmp_path):
+    """examples/rust_trainer: hand-written bindings, a build.rs of link directives, no crates."""
+    crate = TESTS.parent / "examples" / "rust_trainer"
+    env = {**os.environ, "FOXCUTE_EXPORT_DIR": str(exported), "CARGO_TARGET_DIR": str(tmp_path),
+           "CUDA_LIB_DIR": str(toolchain.cuda_libdir(toolchain.cuda_root()))}
+    subprocess.run(["cargo", "build", "--offline", "--manifest-path", str(crate / "Cargo.toml")], env=env,
+                   check=True, capture_output=True, timeout=300)
+    done = subprocess.run([str(tmp_path / "debug" / "foxcute-trainer-example")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "foxcute status 1: null pointer"
