@@ -117,7 +117,65 @@ def risk_budget(sizes: StepSizes, precision: str) -> ExportedPass:
     return ExportedPass("risk_budget_forward", [kernel], public, "")
 
 
-PASSES = (column_sum, q_denoise, risk_budget)  # the order of foxcute.h and the manifest
+def _kan_sizes(sizes: StepSizes) -> tuple[int, int, int]:
+    from ..kernels import kan
+
+    I, O, G = sizes.I_kan, sizes.O_kan, sizes.G_kan
+    _check(kan, "foxcute export: kan", {"x": ((1, I), ("B", "I")), "C": ((O, I * G), ("O", "I*G"))})
+    return I, O, G
+
+
+def kan_forward(sizes: StepSizes, precision: str) -> ExportedPass:
+    """One kernel of the export's precision at (I_kan, O_kan, G_kan), B free."""
+    from ..kernels import kan
+
+    I, O, G = _kan_sizes(sizes)
+    t = kan._tf32_backward(I, O, G)  # check_sizes bounds B by both kernels' indexing
+    max_b = min(kan.MAX_ELEMENTS // max(I, O),
+                t.rows * (kan.MAX_ELEMENTS // (t.blocks * t.row_len) - (kan.MAX_TICKETS // t.blocks - 1)))
+    kernel = Kernel("kan_forward", {"I": I, "O": O, "G": G, "precision": precision},
+                    lambda: kan._kernel_and_args("forward", I, O, G, precision),
+                    _ptrs("x", "C", "Wb", "y") + [("int32_t ", "batch")] + STREAM)
+    public = "\n".join([f"#define FOXCUTE_KAN_I {I}", f"#define FOXCUTE_KAN_O {O}", f"#define FOXCUTE_KAN_G {G}",
+                        f"#define FOXCUTE_KAN_MAX_B {max_b}"])
+    return ExportedPass("kan_forward", [kernel], public, "")
+
+
+def kan_backward(sizes: StepSizes, precision: str) -> ExportedPass:
+    """tf32: KanBackwardTf32 with the one-level finish (chunks x blocks <= SMs, cooperative)
+    and with the two-level one; fp32: KanBackwardFp32, then KanGradReduce of its per-CTA
+    partial rows. dC and dWb land in one array (kan.output_layout)."""
+    from ..kernels import kan
+
+    I, O, G = _kan_sizes(sizes)
+    dwb_at, sums_len = kan.output_layout(O, I, G)
+    public = "\n".join([f"#define FOXCUTE_KAN_GRADS {sums_len}", "#define FOXCUTE_KAN_DC 0",
+                        f"#define FOXCUTE_KAN_DWB {dwb_at}"])
+    static = {"I": I, "O": O, "G": G}
+    if precision == "tf32":
+        t = kan._tf32_backward(I, O, G)
+        params = (_ptrs("dy", "x", "C", "Wb", "dx", "grads", "work", "tickets")
+                  + [("int32_t ", n) for n in ("batch", "num_chunks", "group_size", "num_groups")] + STREAM)
+        kernels = [Kernel(f"kan_backward_{finish}", {**static, "precision": precision, "spread": spread},
+                          lambda spread=spread: kan._kernel_and_args("backward", I, O, G, "tf32", spread), params)
+                   for finish, spread in (("spread", True), ("two_level", False))]
+        private = "\n".join(["#define FX_KAN_TF32 1", f"#define FX_KAN_BLOCKS {t.blocks}",
+                             f"#define FX_KAN_ROWS {t.rows}", f"#define FX_KAN_ROW_LEN {t.row_len}",
+                             f"#define FX_KAN_MAX_TICKETS {kan.MAX_TICKETS}"])
+        return ExportedPass("kan_backward", kernels, public, private)
+    layout = kan.GradLayout(O, I, G)
+    kernels = [Kernel("kan_backward_fp32", {**static, "precision": precision},
+                      lambda: kan._kernel_and_args("backward", I, O, G, "fp32"),
+                      _ptrs("dy", "x", "C", "Wb", "dx", "partials") + [("int32_t ", "batch")] + STREAM),
+               Kernel("kan_grad_reduce", {**static, "precision": precision},
+                      lambda: (kan.KanGradReduce(layout), kan._reduce_args()),
+                      _ptrs("partials", "grads") + [("int32_t ", "rows")] + STREAM)]
+    private = "\n".join(["#define FX_KAN_TF32 0", f"#define FX_KAN_ROWS {kan.ROWS}",
+                         f"#define FX_KAN_PARTIAL_LEN {layout.partial_len}"])
+    return ExportedPass("kan_backward", kernels, public, private)
+
+
+PASSES = (column_sum, q_denoise, risk_budget, kan_forward, kan_backward)  # foxcute.h's and the manifest's order
 
 
 def adapter(kernel: Kernel) -> str:

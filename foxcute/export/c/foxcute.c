@@ -34,6 +34,11 @@ typedef struct {
     void (*load_to_device)(void **);
 } fx_module_t;
 
+/* The KAN backward's TF32 kernel, either finish (foxcute.kernels.kan.KanBackwardTf32). */
+typedef int32_t (*fx_kan_backward_fn)(void *dy, void *x, void *C, void *Wb, void *dx, void *grads, void *work,
+                                      void *tickets, int32_t batch, int32_t num_chunks, int32_t group_size,
+                                      int32_t num_groups, cudaStream_t stream);
+
 #include "foxcute_kernels.h"
 
 #define FX_MODULE_COUNT ((int)(sizeof FX_MODULES / sizeof FX_MODULES[0]))
@@ -246,4 +251,99 @@ int foxcute_risk_budget_forward(const float *h, const float *isv, const float *e
     if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
     return cuda_status((cudaError_t)fx_risk_budget((void *)h, (void *)isv, (void *)e, (void *)W1, (void *)b1,
                                                    (void *)w2, risk, B, b2, stream));
+}
+
+/* ---- KAN ---- */
+
+static int kan_sizes(int32_t B, int32_t I, int32_t O, int32_t G) {
+    int ok = I == FOXCUTE_KAN_I && O == FOXCUTE_KAN_O && G == FOXCUTE_KAN_G && B >= 1 && B <= FOXCUTE_KAN_MAX_B;
+    return ok ? FOXCUTE_OK : FOXCUTE_ERR_SIZE;
+}
+
+int foxcute_kan_forward(const float *x, const float *C, const float *Wb, float *y, int32_t B, int32_t I,
+                        int32_t O, int32_t G, cudaStream_t stream) {
+    const void *pointers[] = {x, C, Wb, y};
+    int status = check_pointers(pointers, 4);
+    if (status == FOXCUTE_OK) status = kan_sizes(B, I, O, G);
+    if (status != FOXCUTE_OK) return status;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    return cuda_status((cudaError_t)fx_kan_forward((void *)x, (void *)C, (void *)Wb, y, B, stream));
+}
+
+#if FX_KAN_TF32
+typedef struct {
+    int32_t chunks, group_size, groups;
+} kan_grid_t;
+
+/* kan.reduction_grid, and the one-level finish where chunks x blocks <= SMs (kan.spreads),
+ * as kan.backward chooses. */
+static kan_grid_t kan_grid(int32_t B, int32_t sms) {
+    kan_grid_t g;
+    int64_t max_groups = FX_KAN_MAX_TICKETS / FX_KAN_BLOCKS - 1;
+    g.chunks = (int32_t)ceil_div(B, FX_KAN_ROWS);
+    int64_t by_sqrt = isqrt(g.chunks - 1) + 1, by_groups = ceil_div(g.chunks, max_groups);
+    g.group_size = (int32_t)(by_sqrt > by_groups ? by_sqrt : by_groups);
+    g.groups = (int32_t)ceil_div(g.chunks, g.group_size);
+    if ((int64_t)g.chunks * FX_KAN_BLOCKS <= sms) {
+        g.group_size = g.chunks;
+        g.groups = 0;
+    }
+    return g;
+}
+
+/* Tickets (one a group and block, and each block's final one), then the blocks' chunk and
+ * group rows. */
+static size_t kan_bytes(int32_t B, int32_t sms) {
+    kan_grid_t g = kan_grid(B, sms);
+    return FX_TICKET_BYTES(FX_KAN_BLOCKS * (g.groups + 1)) +
+           (size_t)FX_KAN_BLOCKS * (g.chunks + g.groups) * FX_KAN_ROW_LEN * sizeof(float);
+}
+
+static int kan_backward_launch(const float *dy, const float *x, const float *C, const float *Wb, float *dx,
+                               float *grads, int32_t B, char *workspace, int32_t sms, cudaStream_t stream) {
+    kan_grid_t g = kan_grid(B, sms);
+    fx_kan_backward_fn launch = g.groups == 0 ? fx_kan_backward_spread : fx_kan_backward_two_level;
+    return cuda_status((cudaError_t)launch((void *)dy, (void *)x, (void *)C, (void *)Wb, dx, grads,
+                                           workspace + FX_TICKET_BYTES(FX_KAN_BLOCKS * (g.groups + 1)), workspace,
+                                           B, g.chunks, g.group_size, g.groups, stream));
+}
+#else
+/* The fp32 backward's per-CTA partial rows (one a FX_KAN_ROWS rows); no tickets. */
+static size_t kan_bytes(int32_t B, int32_t sms) {
+    (void)sms;
+    return (size_t)ceil_div(B, FX_KAN_ROWS) * FX_KAN_PARTIAL_LEN * sizeof(float);
+}
+
+/* The backward kernel, then the grad reduce of its partials (a PDL dependent of it). */
+static int kan_backward_launch(const float *dy, const float *x, const float *C, const float *Wb, float *dx,
+                               float *grads, int32_t B, char *workspace, int32_t sms, cudaStream_t stream) {
+    (void)sms;
+    int status = cuda_status((cudaError_t)fx_kan_backward_fp32((void *)dy, (void *)x, (void *)C, (void *)Wb, dx,
+                                                               workspace, B, stream));
+    if (status != FOXCUTE_OK) return status;
+    return cuda_status((cudaError_t)fx_kan_grad_reduce(workspace, grads, (int32_t)ceil_div(B, FX_KAN_ROWS), stream));
+}
+#endif
+
+int foxcute_kan_backward_workspace_bytes(int32_t B, int32_t I, int32_t O, int32_t G, size_t *bytes) {
+    int32_t sms = 0;
+    if (bytes == NULL) return FOXCUTE_ERR_NULL_POINTER;
+    int status = kan_sizes(B, I, O, G);
+    if (status == FOXCUTE_OK) status = sm_count(&sms);
+    if (status == FOXCUTE_OK) *bytes = kan_bytes(B, sms);
+    return status;
+}
+
+int foxcute_kan_backward(const float *dy, const float *x, const float *C, const float *Wb, float *dx,
+                         float *grads, int32_t B, int32_t I, int32_t O, int32_t G, void *workspace,
+                         size_t workspace_bytes, cudaStream_t stream) {
+    const void *pointers[] = {dy, x, C, Wb, dx, grads, workspace};
+    int status = check_pointers(pointers, 7);
+    int32_t sms = 0;
+    if (status == FOXCUTE_OK) status = kan_sizes(B, I, O, G);
+    if (status != FOXCUTE_OK) return status;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    if ((status = sm_count(&sms)) != FOXCUTE_OK) return status;
+    if (workspace_bytes < kan_bytes(B, sms)) return FOXCUTE_ERR_WORKSPACE;
+    return kan_backward_launch(dy, x, C, Wb, dx, grads, B, workspace, sms, stream);
 }
