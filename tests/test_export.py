@@ -20,7 +20,8 @@ from foxcute.step import StepSizes
 TESTS = Path(__file__).resolve().parent
 PASS_KERNELS = {"column_sum": ["column_sum_n3", "column_sum_n128"],
                 "q_denoise_loss_and_grads": ["q_denoise_spread", "q_denoise_two_level"],
-                "risk_budget_forward": ["risk_budget"]}
+                "risk_budget_forward": ["risk_budget"], "kan_forward": ["kan_forward"],
+                "kan_backward": ["kan_backward_spread", "kan_backward_two_level"]}
 
 pytestmark = pytest.mark.skipif(toolchain.cuda_root() is None or shutil.which("cc") is None,
                                 reason="no C compiler, or no CUDA runtime headers and libcudart_static.a "
@@ -63,6 +64,9 @@ def test_header_states_the_compiled_sizes(exported):
     # dW1 [24, 12] | db1 [24] | dW2 [12, 24] | db2 [12] | loss, as the Python path slices them
     assert [int(defines[f"FOXCUTE_Q_DENOISE_{k}"]) for k in ("DW1", "DB1", "DW2", "DB2", "LOSS", "GRADS")] == \
         [0, 288, 312, 600, 612, 613]
+    # dC [32, 256] | dWb [32, 32] (kan.output_layout: dWb at a multiple of 4)
+    assert [int(defines[f"FOXCUTE_KAN_{k}"]) for k in ("I", "O", "G", "DC", "DWB", "GRADS")] == \
+        [32, 32, 8, 0, 8192, 9216]
     codes = [int(defines[k]) for k in defines if k.startswith("FOXCUTE_ERR_") or k == "FOXCUTE_OK"]
     assert len(codes) == len(set(codes)) == 8
 
@@ -74,7 +78,8 @@ def test_library_holds_every_kernel_the_launch_code_and_the_dsl_runtime(exported
     for kernel in sum(PASS_KERNELS.values(), []):
         assert f"_mlir_fxk_{kernel}_cuda_init" in defined
     assert {"foxcute_load", "foxcute_column_sum", "foxcute_q_denoise_loss_and_grads",
-            "foxcute_risk_budget_forward", "_cudaLaunchKernelEx"} <= defined
+            "foxcute_risk_budget_forward", "foxcute_kan_forward", "foxcute_kan_backward",
+            "_cudaLaunchKernelEx"} <= defined
 
 
 def test_c_program_compiles_and_links(test_program):
@@ -87,6 +92,19 @@ def test_argument_checks_return_their_codes_before_any_cuda_call(test_program):
     assert done.stdout.strip() == "validate: 0 failure(s)"
 
 
+def test_fp32_export_takes_each_pass_fp32_kernels_and_links(tmp_path):
+    """--precision fp32: the risk budget's and KAN's fp32 kernels (KAN's backward is then two
+    kernels, the launch code's other branch); the test program links and its checks hold."""
+    assert cli.main(["export", "--out", str(tmp_path), "--precision", "fp32"]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [k["kernel"] for k in manifest["passes"]["kan_backward"]] == ["kan_backward_fp32", "kan_grad_reduce"]
+    assert {k["precision"] for p in ("risk_budget_forward", "kan_forward", "kan_backward")
+            for k in manifest["passes"][p]} == {"fp32"}
+    toolchain.compile_program(TESTS / "c" / "foxcute_test.c", tmp_path / "foxcute_test", tmp_path)
+    done = subprocess.run([str(tmp_path / "foxcute_test"), "validate"], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "validate: 0 failure(s)", done.stdout + done.stderr
+
+
 def test_sizes_parse_as_step_sizes():
     assert export.parse_sizes("trainer") == StepSizes()
     assert export.parse_sizes("SH2=128, H_risk=32") == StepSizes(SH2=128, H_risk=32)
@@ -95,7 +113,7 @@ def test_sizes_parse_as_step_sizes():
             export.parse_sizes(bad)
 
 
-@pytest.mark.parametrize("sizes", ["H_risk=130", "A_q=33", "H_iqn=4097"])
+@pytest.mark.parametrize("sizes", ["H_risk=130", "A_q=33", "H_iqn=4097", "O_kan=33"])
 def test_export_refuses_sizes_the_kernels_do_not_take(tmp_path, sizes, capsys):
     assert cli.main(["export", "--out", str(tmp_path), "--sizes", sizes]) == 2
     assert "foxcute export: error:" in capsys.readouterr().err

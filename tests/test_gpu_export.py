@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from foxcute import q_denoise, reduction, risk_budget
+from foxcute import kan, q_denoise, reduction, risk_budget
 from foxcute.checks import TOLERANCE, rel_err
 from foxcute.step import StepSizes
 
@@ -22,11 +22,11 @@ pytestmark = pytest.mark.gpu
 
 TESTS = Path(__file__).resolve().parent
 SIZES = StepSizes()  # the trainer's, as `foxcute export` compiles by default
-PRECISION = "tf32"
 RUNS = ("first", "second", "graph")
 
 # (name, pass, size arguments): the trainer's batches, and odd ones. On an H200 (132 SMs) the
-# Q-denoise finish is one level up to B = 8448 and two levels past it (q_denoise_two_level).
+# Q-denoise finish is one level up to B = 8448 and two levels past it, and the TF32 KAN
+# backward's one level up to B = 8448 (33 chunks of 256 rows x 4 input blocks).
 CASES = [("cs_iqn_head", "column_sum", dict(M=SIZES.B * SIZES.Q, N=SIZES.A)),
          ("cs_iqn_hidden", "column_sum", dict(M=SIZES.B * 8, N=SIZES.H_iqn)),
          ("cs_odd", "column_sum", dict(M=111, N=SIZES.A)),
@@ -34,69 +34,84 @@ CASES = [("cs_iqn_head", "column_sum", dict(M=SIZES.B * SIZES.Q, N=SIZES.A)),
          ("qd_two_level", "q_denoise", dict(B=65537)),
          ("qd_tiny", "q_denoise", dict(B=7)),
          ("rb_trainer", "risk_budget", dict(B=SIZES.B, b2=0.25)),
-         ("rb_odd", "risk_budget", dict(B=37, b2=-0.5))]
+         ("rb_odd", "risk_budget", dict(B=37, b2=-0.5)),
+         ("kf_trainer", "kan_forward", dict(B=SIZES.B)),
+         ("kf_odd", "kan_forward", dict(B=37)),
+         ("kb_trainer", "kan_backward", dict(B=SIZES.B)),
+         ("kb_two_level", "kan_backward", dict(B=65536)),
+         ("kb_odd", "kan_backward", dict(B=37))]
+
+
+def normal(rng, *shape, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
 
 
 def column_sum_inputs(rng, M, N):
-    return {"G": rng.standard_normal((M, N), dtype=np.float32)}
+    return {"G": normal(rng, M, N)}
 
 
 def q_denoise_inputs(rng, B):
     A, H = SIZES.A_q, SIZES.H_q
-    return dict(q=rng.standard_normal((B, A), dtype=np.float32),
-                q_target=rng.standard_normal((B, A), dtype=np.float32),
-                W1=(rng.standard_normal((H, A)) / np.sqrt(A)).astype(np.float32),
-                b1=(0.1 * rng.standard_normal(H)).astype(np.float32),
-                W2=(rng.standard_normal((A, H)) / np.sqrt(H)).astype(np.float32),
-                b2=(0.1 * rng.standard_normal(A)).astype(np.float32))
+    return dict(q=normal(rng, B, A), q_target=normal(rng, B, A), W1=normal(rng, H, A, scale=A**-0.5),
+                b1=normal(rng, H, scale=0.1), W2=normal(rng, A, H, scale=H**-0.5), b2=normal(rng, A, scale=0.1))
 
 
 def risk_budget_inputs(rng, B, b2):
     SH2, I, H = SIZES.SH2, SIZES.I_risk, SIZES.H_risk
-    return dict(h=rng.standard_normal((B, SH2), dtype=np.float32), isv=rng.standard_normal(I, dtype=np.float32),
-                e=rng.standard_normal(B, dtype=np.float32),
-                W1=(rng.standard_normal((H, SH2 + I + 1)) / np.sqrt(SH2 + I + 1)).astype(np.float32),
-                b1=(0.1 * rng.standard_normal(H)).astype(np.float32),
-                w2=(rng.standard_normal(H) / np.sqrt(H)).astype(np.float32))
+    return dict(h=normal(rng, B, SH2), isv=normal(rng, I), e=normal(rng, B),
+                W1=normal(rng, H, SH2 + I + 1, scale=(SH2 + I + 1) ** -0.5), b1=normal(rng, H, scale=0.1),
+                w2=normal(rng, H, scale=H**-0.5))
 
 
-INPUTS = {"column_sum": column_sum_inputs, "q_denoise": q_denoise_inputs, "risk_budget": risk_budget_inputs}
+def kan_inputs(rng, B):
+    I, O, G = SIZES.I_kan, SIZES.O_kan, SIZES.G_kan
+    return dict(x=normal(rng, B, I), C=normal(rng, O, I * G, scale=(I * G) ** -0.5), Wb=normal(rng, O, I, scale=I**-0.5))
+
+
+INPUTS = {"column_sum": column_sum_inputs, "q_denoise": q_denoise_inputs, "risk_budget": risk_budget_inputs,
+          "kan_forward": kan_inputs, "kan_backward": lambda rng, B: {"dy": normal(rng, B, SIZES.O_kan),
+                                                                     **kan_inputs(rng, B)}}
 
 
 def references(pass_name, inputs, b2=None):
-    """{output file name: (float64 reference, tolerance)} of one case."""
+    """[(output file, piece, slice of the file's floats, float64 reference)] of one case; the
+    packed gradients are split as foxcute.h's offsets split them."""
     f64 = {k: v.astype(np.float64) for k, v in inputs.items()}
+    whole = slice(None)
     if pass_name == "column_sum":
-        return {"out": (reduction.reference(f64["G"]), TOLERANCE["fp32"])}
+        return [("out", "out", whole, reduction.reference(f64["G"]))]
     if pass_name == "risk_budget":
-        return {"risk": (risk_budget.reference_forward(**f64, b2=b2), TOLERANCE[PRECISION])}
+        return [("risk", "risk", whole, risk_budget.reference_forward(**f64, b2=b2))]
+    if pass_name == "kan_forward":
+        return [("y", "y", whole, kan.reference_forward(**f64))]
+    if pass_name == "kan_backward":
+        g = kan.reference_backward(**f64)
+        dwb_at = -(-g.dC.size // 4) * 4
+        return [("dx", "dx", whole, g.dx), ("grads", "dC", slice(0, g.dC.size), g.dC),
+                ("grads", "dWb", slice(dwb_at, None), g.dWb)]
     loss, g = q_denoise.reference_loss_and_grads(**f64)
-    grads = np.concatenate([g.dW1.ravel(), g.db1, g.dW2.ravel(), g.db2, [loss]])
-    return {"dq": (g.dq.ravel(), TOLERANCE[PRECISION]), "grads": (grads, TOLERANCE[PRECISION])}
+    pieces, at = [("dq", "dq", whole, g.dq)], 0
+    for name, ref in (("dW1", g.dW1), ("db1", g.db1), ("dW2", g.dW2), ("db2", g.db2), ("loss", np.array([loss]))):
+        pieces.append(("grads", name, slice(at, at + ref.size), ref))
+        at += ref.size
+    return pieces
 
 
-def grads_sections(x):
-    """The packed Q-denoise gradients split as foxcute.h's offsets split them."""
-    A, H = SIZES.A_q, SIZES.H_q
-    bounds = np.cumsum([H * A, H, A * H, A])
-    return dict(zip(("dW1", "db1", "dW2", "db2", "loss"), np.split(x, bounds)))
-
-
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """Export, build the C program, write the inputs, run it once; the run's folder and the
-    references of every output."""
+@pytest.fixture(scope="module", params=["tf32", "fp32"])
+def ran(request, tmp_path_factory):
+    """Export at the precision, build the C program, write the inputs, run it once; the
+    precision, the run's folder and the references of every output."""
     from foxcute import cli
     from foxcute.export import toolchain
 
-    out = tmp_path_factory.mktemp("export")
-    assert cli.main(["export", "--out", str(out), "--precision", PRECISION]) == 0
+    precision = request.param
+    out = tmp_path_factory.mktemp(f"export_{precision}")
+    assert cli.main(["export", "--out", str(out), "--precision", precision]) == 0
     exe = out / "foxcute_test"
     toolchain.compile_program(TESTS / "c" / "foxcute_test.c", exe, out)
-    data = tmp_path_factory.mktemp("data")
+    data = tmp_path_factory.mktemp(f"data_{precision}")
     rng = np.random.default_rng(33)
-    expected = {}
-    lines = []
+    expected, lines = {}, []
     for name, pass_name, args in CASES:
         inputs = INPUTS[pass_name](rng, **args)
         for arg, value in inputs.items():
@@ -107,7 +122,7 @@ def ran(tmp_path_factory):
     done = subprocess.run([str(exe), "run", str(data)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"run: {len(CASES)} case(s), 0 failure(s)" in done.stdout
-    return data, expected
+    return precision, data, expected
 
 
 def output(data, case, name, run):
@@ -116,19 +131,18 @@ def output(data, case, name, run):
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_outputs_match_the_float64_reference(ran, case):
-    data, expected = ran
-    for name, (ref, tol) in expected[case].items():
-        got = output(data, case, name, "first")
-        pieces = zip(grads_sections(got).items(), grads_sections(ref).values()) if name == "grads" else \
-            [((name, got), ref)]
-        for (piece, g), r in pieces:
-            assert rel_err(g, r) < tol, f"{case} {piece}: rel_err {rel_err(g, r):.3g} >= {tol}"
+    precision, data, expected = ran
+    # the column sum has no precision option: plain float32 adds (docs/layers.md section 3)
+    tol = TOLERANCE["fp32" if case.startswith("cs_") else precision]
+    for name, piece, part, ref in expected[case]:
+        got = output(data, case, name, "first")[part]
+        assert rel_err(got, ref.ravel()) < tol, f"{case} {piece}: rel_err {rel_err(got, ref.ravel()):.3g} >= {tol}"
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_reruns_and_graph_replays_are_bit_identical(ran, case):
-    data, expected = ran
-    for name in expected[case]:
+    _, data, expected = ran
+    for name in {e[0] for e in expected[case]}:
         first, second, graph = (output(data, case, name, run).tobytes() for run in RUNS)
         assert first == second, f"{case} {name}: the second run differs"
         assert first == graph, f"{case} {name}: the graph replays differ (NaN left: nothing launched)"

@@ -10,7 +10,8 @@
  *                           (the outputs are set to NaN before the replays, so a replay that
  *                           launched nothing leaves NaN). Exit 0 when every call returned FOXCUTE_OK.
  *
- * cases.txt, one case a line: `NAME column_sum M N`, `NAME q_denoise B`, `NAME risk_budget B b2`.
+ * cases.txt, one case a line: `NAME column_sum M N`, `NAME q_denoise B`, `NAME risk_budget B b2`,
+ * `NAME kan_forward B`, `NAME kan_backward B`.
  */
 #include <math.h>
 #include <stdint.h>
@@ -94,10 +95,34 @@ static void validate_risk_budget(void) {
     expect("risk_budget not loaded", risk(P, 0.f, 64, SH2, I, H), FOXCUTE_ERR_NOT_LOADED);
 }
 
+static int kan_backward(const float *dy, float *grads, int32_t B, int32_t I, int32_t O, int32_t G, void *ws) {
+    return foxcute_kan_backward(dy, P, P, P, P, grads, B, I, O, G, ws, 1 << 20, 0);
+}
+
+static void validate_kan(void) {
+    const int32_t I = FOXCUTE_KAN_I, O = FOXCUTE_KAN_O, G = FOXCUTE_KAN_G;
+    size_t bytes = 0;
+    expect("kan_forward null y", foxcute_kan_forward(P, P, P, NULL, 64, I, O, G, 0), FOXCUTE_ERR_NULL_POINTER);
+    expect("kan_forward misaligned x", foxcute_kan_forward(ODD, P, P, P, 64, I, O, G, 0), FOXCUTE_ERR_MISALIGNED);
+    expect("kan_forward G not compiled", foxcute_kan_forward(P, P, P, P, 64, I, O, G + 1, 0), FOXCUTE_ERR_SIZE);
+    expect("kan_forward B too large", foxcute_kan_forward(P, P, P, P, FOXCUTE_KAN_MAX_B + 1, I, O, G, 0),
+           FOXCUTE_ERR_SIZE);
+    expect("kan_forward not loaded", foxcute_kan_forward(P, P, P, P, 64, I, O, G, 0), FOXCUTE_ERR_NOT_LOADED);
+    expect("kan_backward null workspace", kan_backward(P, P, 64, I, O, G, NULL), FOXCUTE_ERR_NULL_POINTER);
+    expect("kan_backward misaligned grads", kan_backward(P, ODD, 64, I, O, G, WS), FOXCUTE_ERR_MISALIGNED);
+    expect("kan_backward I not compiled", kan_backward(P, P, 64, I + 1, O, G, WS), FOXCUTE_ERR_SIZE);
+    expect("kan_backward O not compiled", kan_backward(P, P, 64, I, O + 2, G, WS), FOXCUTE_ERR_SIZE);
+    expect("kan_backward B = 0", kan_backward(P, P, 0, I, O, G, WS), FOXCUTE_ERR_SIZE);
+    expect("kan_backward not loaded", kan_backward(P, P, 64, I, O, G, WS), FOXCUTE_ERR_NOT_LOADED);
+    expect("kan_backward workspace query G", foxcute_kan_backward_workspace_bytes(64, I, O, G + 1, &bytes),
+           FOXCUTE_ERR_SIZE);
+}
+
 static int validate(void) {
     validate_column_sum();
     validate_q_denoise();
     validate_risk_budget();
+    validate_kan();
     expect("unload before load", foxcute_unload(), FOXCUTE_OK);
     printf("validate: %d failure(s)\n", failures);
     return failures != 0;
@@ -149,6 +174,12 @@ static int launch(case_t *c, size_t workspace_bytes, cudaStream_t s) {
         return foxcute_q_denoise_loss_and_grads(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5),
                                                 buf(c, 6), buf(c, 7), c->B, FOXCUTE_Q_DENOISE_A,
                                                 FOXCUTE_Q_DENOISE_H, c->workspace, workspace_bytes, s);
+    if (!strcmp(c->pass, "kan_forward"))
+        return foxcute_kan_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), c->B, FOXCUTE_KAN_I, FOXCUTE_KAN_O,
+                                   FOXCUTE_KAN_G, s);
+    if (!strcmp(c->pass, "kan_backward"))
+        return foxcute_kan_backward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), c->B,
+                                    FOXCUTE_KAN_I, FOXCUTE_KAN_O, FOXCUTE_KAN_G, c->workspace, workspace_bytes, s);
     return foxcute_risk_budget_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), c->b2,
                                        buf(c, 6), c->B, FOXCUTE_RISK_BUDGET_SH2, FOXCUTE_RISK_BUDGET_I,
                                        FOXCUTE_RISK_BUDGET_H, s);
@@ -176,6 +207,22 @@ static int describe(case_t *c) {
         size_t count[] = {c->B * SH2, I, c->B, HR * (SH2 + I + 1), HR, HR};
         for (int i = 0; i < 6; i++) add(c, in[i], count[i], 0);
         add(c, "risk", c->B, 1);
+    } else if (!strcmp(c->pass, "kan_forward") || !strcmp(c->pass, "kan_backward")) {
+        const size_t I = FOXCUTE_KAN_I, O = FOXCUTE_KAN_O, G = FOXCUTE_KAN_G;
+        int backward = !strcmp(c->pass, "kan_backward");
+        if (backward) add(c, "dy", c->B * O, 0);
+        add(c, "x", c->B * I, 0);
+        add(c, "C", O * I * G, 0);
+        add(c, "Wb", O * I, 0);
+        if (!backward) {
+            add(c, "y", c->B * O, 1);
+            return 1;
+        }
+        add(c, "dx", c->B * I, 1);
+        add(c, "grads", FOXCUTE_KAN_GRADS, 1);
+        expect("kan_backward workspace query",
+               foxcute_kan_backward_workspace_bytes(c->B, (int32_t)I, (int32_t)O, (int32_t)G, &c->workspace_bytes),
+               FOXCUTE_OK);
     } else {
         return 0;
     }

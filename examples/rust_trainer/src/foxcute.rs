@@ -36,6 +36,13 @@ extern "C" {
     pub fn foxcute_risk_budget_forward(h: *const f32, isv: *const f32, e: *const f32, W1: *const f32,
                                        b1: *const f32, w2: *const f32, b2: f32, risk: *mut f32, B: i32, SH2: i32,
                                        I: i32, H: i32, stream: Stream) -> c_int;
+
+    pub fn foxcute_kan_forward(x: *const f32, C: *const f32, Wb: *const f32, y: *mut f32, B: i32, I: i32, O: i32,
+                               G: i32, stream: Stream) -> c_int;
+    pub fn foxcute_kan_backward_workspace_bytes(B: i32, I: i32, O: i32, G: i32, bytes: *mut usize) -> c_int;
+    pub fn foxcute_kan_backward(dy: *const f32, x: *const f32, C: *const f32, Wb: *const f32, dx: *mut f32,
+                                grads: *mut f32, B: i32, I: i32, O: i32, G: i32, workspace: *mut c_void,
+                                workspace_bytes: usize, stream: Stream) -> c_int;
 }
 
 /// A status as a Result, with foxcute's name of the failure.
