@@ -330,6 +330,7 @@ static int run(const char *dir) {
     case_t cases[MAX_CASES];
     cudaStream_t s;
     expect("foxcute_load", foxcute_load(), FOXCUTE_OK);
+    expect("foxcute_load again (does nothing)", foxcute_load(), FOXCUTE_OK);
     cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
     int n = read_cases(dir, cases);
     for (int i = 0; i < n; i++) setup(&cases[i], dir);

@@ -49,35 +49,52 @@ static int fx_loaded;
 
 static int cuda_status(cudaError_t e) { return e == cudaSuccess ? FOXCUTE_OK : FOXCUTE_ERR_CUDA + (int)e; }
 
-int foxcute_load(void) {
-    int devices = 0;
-    int status = cuda_status(cudaGetDeviceCount(&devices));
-    for (int i = 0; i < FX_MODULE_COUNT && status == FOXCUTE_OK; i++) {
-        cudaLibrary_t *library = &fx_libraries[i];
-        cudaError_t ret = cudaSuccess;
-        struct { cudaLibrary_t **library; cudaError_t *ret; } init_args = {&library, &ret};
-        FX_MODULES[i].init((void **)&init_args);
+/* Loads module i onto every device; FOXCUTE_OK or the first CUDA error. */
+static int load_module(int i, int devices) {
+    cudaLibrary_t *library = &fx_libraries[i];
+    cudaError_t ret = cudaSuccess;
+    struct { cudaLibrary_t **library; cudaError_t *ret; } init_args = {&library, &ret};
+    FX_MODULES[i].init((void **)&init_args);
+    int status = cuda_status(ret);
+    for (int32_t device = 0; device < devices && status == FOXCUTE_OK; device++) {
+        struct { cudaLibrary_t **library; int32_t *device; cudaError_t *ret; } load_args = {&library, &device, &ret};
+        FX_MODULES[i].load_to_device((void **)&load_args);
         status = cuda_status(ret);
-        for (int32_t device = 0; device < devices && status == FOXCUTE_OK; device++) {
-            struct { cudaLibrary_t **library; int32_t *device; cudaError_t *ret; } load_args =
-                {&library, &device, &ret};
-            FX_MODULES[i].load_to_device((void **)&load_args);
-            status = cuda_status(ret);
-        }
     }
-    fx_loaded = status == FOXCUTE_OK;
     return status;
 }
 
-int foxcute_unload(void) {
+static int unload_modules(int count) {
     int status = FOXCUTE_OK;
-    if (!fx_loaded) return status;
-    fx_loaded = 0;
-    for (int i = 0; i < FX_MODULE_COUNT; i++) {
+    for (int i = 0; i < count; i++) {
         int s = cuda_status(cudaLibraryUnload(fx_libraries[i]));
         if (status == FOXCUTE_OK) status = s;
     }
     return status;
+}
+
+/* Idempotent; on a failure the modules loaded so far are unloaded again. Not thread-safe:
+ * call it before other threads use the passes. */
+int foxcute_load(void) {
+    int devices = 0, loaded = 0;
+    if (fx_loaded) return FOXCUTE_OK;
+    int status = cuda_status(cudaGetDeviceCount(&devices));
+    while (status == FOXCUTE_OK && loaded < FX_MODULE_COUNT) {
+        status = load_module(loaded, devices);
+        if (status == FOXCUTE_OK) loaded++;
+    }
+    if (status != FOXCUTE_OK) {
+        unload_modules(loaded);
+        return status;
+    }
+    fx_loaded = 1;
+    return status;
+}
+
+int foxcute_unload(void) {
+    if (!fx_loaded) return FOXCUTE_OK;
+    fx_loaded = 0;
+    return unload_modules(FX_MODULE_COUNT);
 }
 
 const char *foxcute_status_string(int status) {
