@@ -21,7 +21,9 @@ TESTS = Path(__file__).resolve().parent
 PASS_KERNELS = {"column_sum": ["column_sum_n3", "column_sum_n128"],
                 "q_denoise_loss_and_grads": ["q_denoise_spread", "q_denoise_two_level"],
                 "risk_budget_forward": ["risk_budget"], "kan_forward": ["kan_forward"],
-                "kan_backward": ["kan_backward_spread", "kan_backward_two_level"]}
+                "kan_backward": ["kan_backward_spread", "kan_backward_two_level"],
+                "curiosity_forward_backward": ["curiosity_weight_prep", "curiosity_row_pass", "curiosity_sums_n769",
+                                               "curiosity_weight_grads"]}
 
 pytestmark = pytest.mark.skipif(toolchain.cuda_root() is None or shutil.which("cc") is None,
                                 reason="no C compiler, or no CUDA runtime headers and libcudart_static.a "
@@ -67,6 +69,9 @@ def test_header_states_the_compiled_sizes(exported):
     # dC [32, 256] | dWb [32, 32] (kan.output_layout: dWb at a multiple of 4)
     assert [int(defines[f"FOXCUTE_KAN_{k}"]) for k in ("I", "O", "G", "DC", "DWB", "GRADS")] == \
         [32, 32, 8, 0, 8192, 9216]
+    # db2 [256] | db1 [128] | dW1's action columns [128, 3] | loss
+    assert [int(defines[f"FOXCUTE_CURIOSITY_{k}"]) for k in ("F", "H", "A", "DB1", "DW1A", "LOSS", "SUMS")] == \
+        [256, 128, 3, 256, 384, 768, 769]
     codes = [int(defines[k]) for k in defines if k.startswith("FOXCUTE_ERR_") or k == "FOXCUTE_OK"]
     assert len(codes) == len(set(codes)) == 8
 
@@ -79,6 +84,7 @@ def test_library_holds_every_kernel_the_launch_code_and_the_dsl_runtime(exported
         assert f"_mlir_fxk_{kernel}_cuda_init" in defined
     assert {"foxcute_load", "foxcute_column_sum", "foxcute_q_denoise_loss_and_grads",
             "foxcute_risk_budget_forward", "foxcute_kan_forward", "foxcute_kan_backward",
+            "foxcute_curiosity_forward_backward",
             "_cudaLaunchKernelEx"} <= defined
 
 
@@ -93,13 +99,14 @@ def test_argument_checks_return_their_codes_before_any_cuda_call(test_program):
 
 
 def test_fp32_export_takes_each_pass_fp32_kernels_and_links(tmp_path):
-    """--precision fp32: the risk budget's and KAN's fp32 kernels (KAN's backward is then two
-    kernels, the launch code's other branch); the test program links and its checks hold."""
+    """--precision fp32: the fp32 kernels of the risk budget, KAN and curiosity (KAN's backward
+    is then two kernels and curiosity's weight gradients gemm.WeightGrad: the launch code's
+    other branches); the test program links and its checks hold."""
     assert cli.main(["export", "--out", str(tmp_path), "--precision", "fp32"]) == 0
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [k["kernel"] for k in manifest["passes"]["kan_backward"]] == ["kan_backward_fp32", "kan_grad_reduce"]
-    assert {k["precision"] for p in ("risk_budget_forward", "kan_forward", "kan_backward")
-            for k in manifest["passes"][p]} == {"fp32"}
+    assert {k["precision"] for p in ("risk_budget_forward", "kan_forward", "kan_backward", "curiosity_forward_backward")
+            for k in manifest["passes"][p] if "precision" in k} == {"fp32"}  # the column sums have none
     toolchain.compile_program(TESTS / "c" / "foxcute_test.c", tmp_path / "foxcute_test", tmp_path)
     done = subprocess.run([str(tmp_path / "foxcute_test"), "validate"], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "validate: 0 failure(s)", done.stdout + done.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from foxcute import kan, q_denoise, reduction, risk_budget
+from foxcute import curiosity, kan, q_denoise, reduction, risk_budget
 from foxcute.checks import TOLERANCE, rel_err
 from foxcute.step import StepSizes
 
@@ -26,7 +26,8 @@ RUNS = ("first", "second", "graph")
 
 # (name, pass, size arguments): the trainer's batches, and odd ones. On an H200 (132 SMs) the
 # Q-denoise finish is one level up to B = 8448 and two levels past it, and the TF32 KAN
-# backward's one level up to B = 8448 (33 chunks of 256 rows x 4 input blocks).
+# backward's one level up to B = 8448 (33 chunks of 256 rows x 4 input blocks). The actions
+# file of a curiosity case holds int32 (the C program reads it as 4-byte words).
 CASES = [("cs_iqn_head", "column_sum", dict(M=SIZES.B * SIZES.Q, N=SIZES.A)),
          ("cs_iqn_hidden", "column_sum", dict(M=SIZES.B * 8, N=SIZES.H_iqn)),
          ("cs_odd", "column_sum", dict(M=111, N=SIZES.A)),
@@ -39,7 +40,9 @@ CASES = [("cs_iqn_head", "column_sum", dict(M=SIZES.B * SIZES.Q, N=SIZES.A)),
          ("kf_odd", "kan_forward", dict(B=37)),
          ("kb_trainer", "kan_backward", dict(B=SIZES.B)),
          ("kb_two_level", "kan_backward", dict(B=65536)),
-         ("kb_odd", "kan_backward", dict(B=37))]
+         ("kb_odd", "kan_backward", dict(B=37)),
+         ("cu_trainer", "curiosity", dict(B=SIZES.B)),
+         ("cu_odd", "curiosity", dict(B=37))]
 
 
 def normal(rng, *shape, scale=1.0):
@@ -68,7 +71,14 @@ def kan_inputs(rng, B):
     return dict(x=normal(rng, B, I), C=normal(rng, O, I * G, scale=(I * G) ** -0.5), Wb=normal(rng, O, I, scale=I**-0.5))
 
 
-INPUTS = {"column_sum": column_sum_inputs, "q_denoise": q_denoise_inputs, "risk_budget": risk_budget_inputs,
+def curiosity_inputs(rng, B):
+    F, H, A = SIZES.F, SIZES.H_c, SIZES.A
+    return dict(s=normal(rng, B, F), a=rng.integers(0, A, B, dtype=np.int32), s_next=normal(rng, B, F),
+                W1=normal(rng, H, F + A, scale=(F + A) ** -0.5), b1=normal(rng, H, scale=0.1),
+                W2=normal(rng, F, H, scale=H**-0.5), b2=normal(rng, F, scale=0.1))
+
+
+INPUTS = {"curiosity": curiosity_inputs, "column_sum": column_sum_inputs, "q_denoise": q_denoise_inputs, "risk_budget": risk_budget_inputs,
           "kan_forward": kan_inputs, "kan_backward": lambda rng, B: {"dy": normal(rng, B, SIZES.O_kan),
                                                                      **kan_inputs(rng, B)}}
 
@@ -76,7 +86,7 @@ INPUTS = {"column_sum": column_sum_inputs, "q_denoise": q_denoise_inputs, "risk_
 def references(pass_name, inputs, b2=None):
     """[(output file, piece, slice of the file's floats, float64 reference)] of one case; the
     packed gradients are split as foxcute.h's offsets split them."""
-    f64 = {k: v.astype(np.float64) for k, v in inputs.items()}
+    f64 = {k: v if v.dtype == np.int32 else v.astype(np.float64) for k, v in inputs.items()}
     whole = slice(None)
     if pass_name == "column_sum":
         return [("out", "out", whole, reduction.reference(f64["G"]))]
@@ -89,6 +99,13 @@ def references(pass_name, inputs, b2=None):
         dwb_at = -(-g.dC.size // 4) * 4
         return [("dx", "dx", whole, g.dx), ("grads", "dC", slice(0, g.dC.size), g.dC),
                 ("grads", "dWb", slice(dwb_at, None), g.dWb)]
+    if pass_name == "curiosity":
+        loss, r, g = curiosity.reference_forward_backward(**f64)
+        F, H = SIZES.F, SIZES.H_c
+        return [("r", "r", whole, r), ("ds", "ds", whole, g.ds), ("dW1", "dW1", whole, g.dW1),
+                ("dW2", "dW2", whole, g.dW2), ("sums", "db2", slice(0, F), g.db2),
+                ("sums", "db1", slice(F, F + H), g.db1), ("sums", "dW1a", slice(F + H, -1), g.dW1[:, F:]),
+                ("sums", "loss", slice(-1, None), np.array([loss]))]
     loss, g = q_denoise.reference_loss_and_grads(**f64)
     pieces, at = [("dq", "dq", whole, g.dq)], 0
     for name, ref in (("dW1", g.dW1), ("db1", g.db1), ("dW2", g.dW2), ("db2", g.db2), ("loss", np.array([loss]))):

@@ -175,7 +175,79 @@ def kan_backward(sizes: StepSizes, precision: str) -> ExportedPass:
     return ExportedPass("kan_backward", kernels, public, private)
 
 
-PASSES = (column_sum, q_denoise, risk_budget, kan_forward, kan_backward)  # foxcute.h's and the manifest's order
+def _split(compile_args: tuple) -> tuple[Any, tuple]:
+    """(kernel object, its arguments) of a module's `*_compile_args` tuple (object first)."""
+    return compile_args[0], compile_args[1:]
+
+
+def curiosity(sizes: StepSizes, precision: str) -> ExportedPass:
+    """Forward and backward, as curiosity.forward_backward launches them but on one stream:
+    WeightPrep, the row pass (actions int32), the weight gradients (tf32: KMajorWeightGrad on
+    the row pass's K-major operands; fp32: WeightGrad), the column sums of the row pass's
+    partials (ColumnSum(width), one launch while width <= COLSUM_WIDTH), and a 2-D copy of
+    dW1's action columns out of those sums. F = SH2, H = H_c, A = A."""
+    from cutlass import Int32
+
+    from ..kernels import column_sum as cs, curiosity as cu, gemm
+
+    F, H, A = sizes.F, sizes.H_c, sizes.A
+    _check(cu, "foxcute export: curiosity", {"s": ((1, F), ("B", "F")), "W1": ((H, F + A), ("H", "F+A"))})
+    width, bm = cu.partials_width(F, H, A), cu.row_block(F, H)
+    if width > cu.COLSUM_WIDTH:
+        raise _arrays.FoxcuteInputError(f"foxcute export: curiosity's {width} partial columns need several "
+                                         f"column sums (over {cu.COLSUM_WIDTH}): not exported")
+    sums = cs._config(width)
+    static = {"F": F, "H": H, "A": A, "precision": precision}
+    kernels = [Kernel("curiosity_weight_prep", static, lambda: _split(cu.weight_prep_compile_args(F, H, A, precision)),
+                      _ptrs("W1", "W2", "prep") + STREAM),
+               Kernel("curiosity_row_pass", static,
+                      lambda: _split(cu.row_pass_compile_args(F, H, A, precision, Int32)),
+                      _ptrs("s", "a", "s_next", "W1", "prep", "b1", "b2", "r", "ds", "hid", "dpred", "dz", "partials")
+                      + [("int32_t ", "batch"), ("int32_t ", "num_ctas"), ("float ", "inv_fb")] + STREAM),
+               Kernel(f"curiosity_sums_n{width}", {"N": width},
+                      lambda: (cs._config(width), cs.compile_args()),
+                      _ptrs("G", "out", "work", "tickets") + [("int32_t ", "m"), ("int32_t ", "num_ctas")] + STREAM)]
+    private = [f"#define FX_CU_BM {bm}", f"#define FX_CU_PREP_FLOATS "
+               f"{cu.norms_offset(F, H) + H if precision == 'tf32' else cu.prep_arrays(precision) * H * F}",
+               f"static const fx_column_sum_t FX_CU_SUMS = {{{width}, {sums.pack}, {sums.width}, {sums.slices}, "
+               f"{sums.rows}, {sums.unroll}, {cs.MAX_ELEMENTS // width // 4 * 4}, fx_curiosity_sums_n{width}}};"]
+    if precision == "tf32":
+        kinds = ("kmajor", "rows")
+        kernels.append(Kernel("curiosity_weight_grads", static,
+                              lambda: _split(gemm.kmajor_weight_grad_compile_args(gemm.KMAJOR_TILE_N, kinds)),
+                              [*_ptrs("a0", "b0", "dw0"), *[("int32_t ", n) for n in ("m0", "n0", "ldo0")],
+                               *_ptrs("a1", "b1", "dw1"), *[("int32_t ", n) for n in ("m1", "n1", "ldo1")],
+                               *_ptrs("work", "tickets"),
+                               *[("int32_t ", n) for n in ("batch", "kp_vecs", "kb_per_split", "splits")], *STREAM]))
+        # two F x H tile grids (M = F, N = H): dW2 [F, H], and dW1[:, :F] = (dz^T s) written transposed
+        tiles = 2 * -(-F // gemm.KMajorWeightGrad.BM) * -(-H // gemm.KMAJOR_TILE_N)
+        private += ["#define FX_CU_TF32 1", f"#define FX_CU_TILES {tiles}", f"#define FX_CU_KB {gemm.KMajorWeightGrad.KB}",
+                    f"#define FX_CU_TILE_FLOATS {gemm.KMajorWeightGrad.BM * gemm.KMAJOR_TILE_N}"]
+    else:
+        bk = gemm.WeightGrad.tile_k(max(F, H))
+        config = ((gemm._vec(F), gemm._vec(H), False, False), (gemm._vec(H), gemm._vec(F), False, False))
+        kernels.append(Kernel("curiosity_weight_grads", static,
+                              lambda: _split(gemm.weight_grad_compile_args(precision, config, bk)),
+                              [*_ptrs("dy0", "x0", "dw0", "db0"), *[("int32_t ", n) for n in ("n0", "k0", "ldo0")],
+                               *_ptrs("dy1", "x1", "dw1", "db1"), *[("int32_t ", n) for n in ("n1", "k1", "ldo1")],
+                               *_ptrs("work", "tickets"),
+                               *[("int32_t ", n) for n in ("m", "rows_per_cta", "num_ctas")], *STREAM]))
+        tiles = [(-(-n // gemm.WeightGrad.bn), -(-k // bk)) for n, k in ((F, H), (H, F))]
+        private += ["#define FX_CU_TF32 0", f"#define FX_CU_TILES {sum(a * b for a, b in tiles)}",
+                    f"#define FX_CU_CHUNK {gemm.CHUNK}", f"#define FX_CU_VEC_F {gemm._vec(F)}",
+                    f"#define FX_CU_VEC_H {gemm._vec(H)}",
+                    # work floats a weight-gradient CTA: sum over problems of nt * (kt * bk + 1) * bn
+                    f"#define FX_CU_WORK_PER_CTA {sum(nt * (kt * bk + 1) * gemm.WeightGrad.bn for nt, kt in tiles)}"]
+    max_b = (2**31 - 1) // max(F, H) // bm * bm  # check_sizes: B rounded up to bm, times max(F, H), < 2^31
+    public = "\n".join([f"#define FOXCUTE_CURIOSITY_F {F}", f"#define FOXCUTE_CURIOSITY_H {H}",
+                        f"#define FOXCUTE_CURIOSITY_A {A}", f"#define FOXCUTE_CURIOSITY_MAX_B {max_b}",
+                        f"#define FOXCUTE_CURIOSITY_SUMS {width}", "#define FOXCUTE_CURIOSITY_DB2 0",
+                        f"#define FOXCUTE_CURIOSITY_DB1 {F}", f"#define FOXCUTE_CURIOSITY_DW1A {F + H}",
+                        f"#define FOXCUTE_CURIOSITY_LOSS {width - 1}"])
+    return ExportedPass("curiosity_forward_backward", kernels, public, "\n".join(private))
+
+
+PASSES = (column_sum, q_denoise, risk_budget, kan_forward, kan_backward, curiosity)  # foxcute.h's, manifest's order
 
 
 def adapter(kernel: Kernel) -> str:

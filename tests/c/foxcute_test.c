@@ -11,9 +11,10 @@
  *                           launched nothing leaves NaN). Exit 0 when every call returned FOXCUTE_OK.
  *
  * cases.txt, one case a line: `NAME column_sum M N`, `NAME q_denoise B`, `NAME risk_budget B b2`,
- * `NAME kan_forward B`, `NAME kan_backward B`.
+ * `NAME kan_forward B`, `NAME kan_backward B`, `NAME curiosity B` (its actions file holds int32).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,11 +119,34 @@ static void validate_kan(void) {
            FOXCUTE_ERR_SIZE);
 }
 
+static int curiosity(const float *s, const int32_t *a, float *sums, int32_t B, int32_t F, int32_t A, int32_t H,
+                     void *ws) {
+    return foxcute_curiosity_forward_backward(s, a, P, P, P, P, P, P, P, P, P, sums, B, F, A, H, ws, 1 << 20, 0);
+}
+
+static void validate_curiosity(void) {
+    const int32_t F = FOXCUTE_CURIOSITY_F, A = FOXCUTE_CURIOSITY_A, H = FOXCUTE_CURIOSITY_H;
+    const int32_t *actions = (const int32_t *)P, *odd_actions = (const int32_t *)ODD;
+    size_t bytes = 0;
+    expect("curiosity null a", curiosity(P, NULL, P, 64, F, A, H, WS), FOXCUTE_ERR_NULL_POINTER);
+    expect("curiosity null workspace", curiosity(P, actions, P, 64, F, A, H, NULL), FOXCUTE_ERR_NULL_POINTER);
+    expect("curiosity misaligned a", curiosity(P, odd_actions, P, 64, F, A, H, WS), FOXCUTE_ERR_MISALIGNED);
+    expect("curiosity misaligned sums", curiosity(P, actions, ODD, 64, F, A, H, WS), FOXCUTE_ERR_MISALIGNED);
+    expect("curiosity F not compiled", curiosity(P, actions, P, 64, F + 32, A, H, WS), FOXCUTE_ERR_SIZE);
+    expect("curiosity A not compiled", curiosity(P, actions, P, 64, F, A + 1, H, WS), FOXCUTE_ERR_SIZE);
+    expect("curiosity B too large", curiosity(P, actions, P, FOXCUTE_CURIOSITY_MAX_B + 1, F, A, H, WS),
+           FOXCUTE_ERR_SIZE);
+    expect("curiosity not loaded", curiosity(P, actions, P, 64, F, A, H, WS), FOXCUTE_ERR_NOT_LOADED);
+    expect("curiosity workspace query H", foxcute_curiosity_workspace_bytes(64, F, A, H + 32, &bytes),
+           FOXCUTE_ERR_SIZE);
+}
+
 static int validate(void) {
     validate_column_sum();
     validate_q_denoise();
     validate_risk_budget();
     validate_kan();
+    validate_curiosity();
     expect("unload before load", foxcute_unload(), FOXCUTE_OK);
     printf("validate: %d failure(s)\n", failures);
     return failures != 0;
@@ -130,7 +154,7 @@ static int validate(void) {
 
 /* ---- run: the passes on the GPU ---- */
 
-#define MAX_BUFFERS 10
+#define MAX_BUFFERS 12
 #define MAX_CASES 16
 
 typedef struct {
@@ -174,6 +198,12 @@ static int launch(case_t *c, size_t workspace_bytes, cudaStream_t s) {
         return foxcute_q_denoise_loss_and_grads(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5),
                                                 buf(c, 6), buf(c, 7), c->B, FOXCUTE_Q_DENOISE_A,
                                                 FOXCUTE_Q_DENOISE_H, c->workspace, workspace_bytes, s);
+    if (!strcmp(c->pass, "curiosity"))
+        return foxcute_curiosity_forward_backward(buf(c, 0), (const int32_t *)buf(c, 1), buf(c, 2), buf(c, 3),
+                                                  buf(c, 4), buf(c, 5), buf(c, 6), buf(c, 7), buf(c, 8), buf(c, 9),
+                                                  buf(c, 10), buf(c, 11), c->B, FOXCUTE_CURIOSITY_F,
+                                                  FOXCUTE_CURIOSITY_A, FOXCUTE_CURIOSITY_H, c->workspace,
+                                                  workspace_bytes, s);
     if (!strcmp(c->pass, "kan_forward"))
         return foxcute_kan_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), c->B, FOXCUTE_KAN_I, FOXCUTE_KAN_O,
                                    FOXCUTE_KAN_G, s);
@@ -207,6 +237,17 @@ static int describe(case_t *c) {
         size_t count[] = {c->B * SH2, I, c->B, HR * (SH2 + I + 1), HR, HR};
         for (int i = 0; i < 6; i++) add(c, in[i], count[i], 0);
         add(c, "risk", c->B, 1);
+    } else if (!strcmp(c->pass, "curiosity")) {
+        const size_t F = FOXCUTE_CURIOSITY_F, A = FOXCUTE_CURIOSITY_A, H = FOXCUTE_CURIOSITY_H;
+        const char *in[] = {"s", "a", "s_next", "W1", "b1", "W2", "b2"}; /* a: int32, 4 bytes like a float */
+        size_t count[] = {c->B * F, c->B, c->B * F, H * (F + A), H, F * H, F};
+        for (int i = 0; i < 7; i++) add(c, in[i], count[i], 0);
+        const char *out[] = {"r", "ds", "dW1", "dW2", "sums"};
+        size_t out_count[] = {c->B, c->B * F, H * (F + A), F * H, FOXCUTE_CURIOSITY_SUMS};
+        for (int i = 0; i < 5; i++) add(c, out[i], out_count[i], 1);
+        expect("curiosity workspace query",
+               foxcute_curiosity_workspace_bytes(c->B, (int32_t)F, (int32_t)A, (int32_t)H, &c->workspace_bytes),
+               FOXCUTE_OK);
     } else if (!strcmp(c->pass, "kan_forward") || !strcmp(c->pass, "kan_backward")) {
         const size_t I = FOXCUTE_KAN_I, O = FOXCUTE_KAN_O, G = FOXCUTE_KAN_G;
         int backward = !strcmp(c->pass, "kan_backward");
@@ -229,21 +270,35 @@ static int describe(case_t *c) {
     return 1;
 }
 
-static int read_file(const char *path, float *host, size_t count) {
-    FILE *f = fopen(path, "rb");
+/* fopen of the path `format` makes (vsnprintf: the names come from the command line and
+ * cases.txt); NULL, counted as a failure, where the path is too long or cannot be opened. */
+static FILE *open_path(const char *mode, const char *format, ...) {
+    char path[4096];
+    va_list args;
+    va_start(args, format);
+    int length = vsnprintf(path, sizeof path, format, args);
+    va_end(args);
+    FILE *f = length >= 0 && (size_t)length < sizeof path ? fopen(path, mode) : NULL;
+    if (f == NULL) {
+        printf("FAIL cannot open %s\n", path);
+        failures++;
+    }
+    return f;
+}
+
+static int read_floats(FILE *f, float *host, size_t count) {
     size_t got = f ? fread(host, sizeof(float), count, f) : 0;
     if (f) fclose(f);
-    if (got != count) {
-        printf("FAIL reading %zu floats from %s\n", count, path);
+    if (f && got != count) {
+        printf("FAIL read %zu of %zu floats\n", got, count);
         failures++;
     }
     return got == count;
 }
 
-static void write_file(const char *path, const float *host, size_t count) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(host, sizeof(float), count, f) != count) {
-        printf("FAIL writing %s\n", path);
+static void write_floats(FILE *f, const float *host, size_t count) {
+    if (f && fwrite(host, sizeof(float), count, f) != count) {
+        printf("FAIL wrote fewer than %zu floats\n", count);
         failures++;
     }
     if (f) fclose(f);
@@ -251,14 +306,12 @@ static void write_file(const char *path, const float *host, size_t count) {
 
 /* Device buffers (inputs read from DIR), and the workspace, zeroed once as foxcute.h asks. */
 static void setup(case_t *c, const char *dir) {
-    char path[1024];
     for (int i = 0; i < c->inputs + c->outputs; i++) {
         buffer_t *b = &c->buffers[i];
         cuda_ok(cudaMalloc((void **)&b->device, b->count * sizeof(float)), "cudaMalloc");
         if (i >= c->inputs) continue;
         float *host = malloc(b->count * sizeof(float));
-        snprintf(path, sizeof path, "%s/%s.%s.bin", dir, c->name, b->name);
-        if (read_file(path, host, b->count))
+        if (read_floats(open_path("rb", "%s/%s.%s.bin", dir, c->name, b->name), host, b->count))
             cuda_ok(cudaMemcpy(b->device, host, b->count * sizeof(float), cudaMemcpyHostToDevice), "upload");
         free(host);
     }
@@ -268,27 +321,20 @@ static void setup(case_t *c, const char *dir) {
 }
 
 static void save_outputs(case_t *c, const char *dir, const char *run) {
-    char path[1024];
     for (int i = c->inputs; i < c->inputs + c->outputs; i++) {
         buffer_t *b = &c->buffers[i];
         float *host = malloc(b->count * sizeof(float));
         cuda_ok(cudaMemcpy(host, b->device, b->count * sizeof(float), cudaMemcpyDeviceToHost), "download");
-        snprintf(path, sizeof path, "%s/%s.%s.%s.bin", dir, c->name, b->name, run);
-        write_file(path, host, b->count);
+        write_floats(open_path("wb", "%s/%s.%s.%s.bin", dir, c->name, b->name, run), host, b->count);
         free(host);
     }
 }
 
 static int read_cases(const char *dir, case_t *cases) {
-    char path[1024], line[256];
+    char line[256];
     int n = 0;
-    snprintf(path, sizeof path, "%s/cases.txt", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        printf("FAIL no %s\n", path);
-        failures++;
-        return 0;
-    }
+    FILE *f = open_path("r", "%s/cases.txt", dir);
+    if (!f) return 0;
     while (n < MAX_CASES && fgets(line, sizeof line, f)) {
         case_t *c = &cases[n];
         memset(c, 0, sizeof *c);

@@ -364,3 +364,109 @@ int foxcute_kan_backward(const float *dy, const float *x, const float *C, const 
     if (workspace_bytes < kan_bytes(B, sms)) return FOXCUTE_ERR_WORKSPACE;
     return kan_backward_launch(dy, x, C, Wb, dx, grads, B, workspace, sms, stream);
 }
+
+/* ---- curiosity ---- */
+
+#define FX_FLOATS(count) (((size_t)(count) + 3) / 4 * 4) /* a region of floats, 16-byte multiple */
+
+/* The pass's grids and the workspace regions (offsets in bytes), all fixed by B and the SMs. */
+typedef struct {
+    int32_t num_ctas, kp;                        /* row pass CTAs; K-major rows (tf32) */
+    int32_t sum_ctas;                            /* ColumnSum(width)'s grid over num_ctas rows */
+    int32_t wg_ctas, wg_rows, wg_splits, wg_per_split; /* the weight gradients' grid */
+    size_t prep, hid, dpred, dz, partials, sum_work, wg_work, bytes;
+} cu_plan_t;
+
+static cu_plan_t cu_plan(int32_t B, int32_t sms) {
+    const int64_t F = FOXCUTE_CURIOSITY_F, H = FOXCUTE_CURIOSITY_H;
+    cu_plan_t p = {0};
+    p.num_ctas = (int32_t)ceil_div(B, FX_CU_BM);
+    p.kp = p.num_ctas * FX_CU_BM;
+    p.sum_ctas = column_sum_grid(&FX_CU_SUMS, p.num_ctas, sms);
+#if FX_CU_TF32
+    int64_t rows = p.kp; /* hid, dpred, dz K-major [n, Kp] */
+    int64_t num_kb = p.kp / FX_CU_KB, want = sms / FX_CU_TILES; /* gemm.kmajor_split */
+    want = want < 1 ? 1 : (want < num_kb ? want : num_kb);
+    p.wg_per_split = (int32_t)ceil_div(num_kb, want);
+    p.wg_splits = (int32_t)ceil_div(num_kb, p.wg_per_split);
+    size_t wg_floats = (size_t)FX_CU_TILES * p.wg_splits * FX_CU_TILE_FLOATS;
+#else
+    int64_t rows = B; /* hid, dpred, dz row-major [B, n] */
+    int64_t want = sms / FX_CU_TILES, steps = ceil_div(B, FX_CU_CHUNK); /* gemm.weight_grad_grid */
+    want = want < 1 ? 1 : want;
+    p.wg_rows = (int32_t)(ceil_div(steps, want < steps ? want : steps) * FX_CU_CHUNK);
+    p.wg_ctas = (int32_t)ceil_div(B, p.wg_rows);
+    size_t wg_floats = (size_t)p.wg_ctas * FX_CU_WORK_PER_CTA;
+#endif
+    size_t at = FX_TICKET_BYTES(FX_CU_TILES) + FX_TICKET_BYTES(FX_CU_SUMS.slices); /* both ticket runs first */
+    p.prep = at, at += FX_FLOATS(FX_CU_PREP_FLOATS) * sizeof(float);
+    p.hid = at, at += FX_FLOATS(H * rows) * sizeof(float);
+    p.dpred = at, at += FX_FLOATS(F * rows) * sizeof(float);
+    p.dz = at, at += FX_FLOATS(H * rows) * sizeof(float);
+    p.partials = at, at += FX_FLOATS((int64_t)p.num_ctas * FOXCUTE_CURIOSITY_SUMS) * sizeof(float);
+    p.sum_work = at, at += FX_FLOATS((int64_t)(p.sum_ctas + 1) * FX_CU_SUMS.width) * sizeof(float);
+    p.wg_work = at, at += FX_FLOATS(wg_floats) * sizeof(float);
+    p.bytes = at;
+    return p;
+}
+
+static int cu_sizes(int32_t B, int32_t F, int32_t A, int32_t H) {
+    int ok = F == FOXCUTE_CURIOSITY_F && A == FOXCUTE_CURIOSITY_A && H == FOXCUTE_CURIOSITY_H && B >= 1 &&
+             B <= FOXCUTE_CURIOSITY_MAX_B;
+    return ok ? FOXCUTE_OK : FOXCUTE_ERR_SIZE;
+}
+
+int foxcute_curiosity_workspace_bytes(int32_t B, int32_t F, int32_t A, int32_t H, size_t *bytes) {
+    int32_t sms = 0;
+    if (bytes == NULL) return FOXCUTE_ERR_NULL_POINTER;
+    int status = cu_sizes(B, F, A, H);
+    if (status == FOXCUTE_OK) status = sm_count(&sms);
+    if (status == FOXCUTE_OK) *bytes = cu_plan(B, sms).bytes;
+    return status;
+}
+
+/* dW2 = dpred^T hid and dW1[:, :F] = dz^T s, one launch (curiosity.forward_backward's
+ * weight_gradients). */
+static int cu_weight_grads(const cu_plan_t *p, char *ws, const float *s, float *dW1, float *dW2, int32_t B,
+                           cudaStream_t stream) {
+    const int32_t F = FOXCUTE_CURIOSITY_F, H = FOXCUTE_CURIOSITY_H, A = FOXCUTE_CURIOSITY_A;
+#if FX_CU_TF32
+    return cuda_status((cudaError_t)fx_curiosity_weight_grads(ws + p->dpred, ws + p->hid, dW2, F, H, H, (void *)s,
+                                                              ws + p->dz, dW1, F, H, F + A, ws + p->wg_work, ws, B,
+                                                              p->kp / 4, p->wg_per_split, p->wg_splits, stream));
+#else
+    return cuda_status((cudaError_t)fx_curiosity_weight_grads(
+        ws + p->dpred, ws + p->hid, dW2, dW2, F / FX_CU_VEC_F, H / FX_CU_VEC_H, H, ws + p->dz, (void *)s, dW1, dW1,
+        H / FX_CU_VEC_H, F / FX_CU_VEC_F, F + A, ws + p->wg_work, ws, B, p->wg_rows, p->wg_ctas, stream));
+#endif
+}
+
+int foxcute_curiosity_forward_backward(const float *s, const int32_t *a, const float *s_next, const float *W1,
+                                       const float *b1, const float *W2, const float *b2, float *r, float *ds,
+                                       float *dW1, float *dW2, float *sums, int32_t B, int32_t F, int32_t A,
+                                       int32_t H, void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+    const void *pointers[] = {s, a, s_next, W1, b1, W2, b2, r, ds, dW1, dW2, sums, workspace};
+    int status = check_pointers(pointers, 13);
+    int32_t sms = 0;
+    if (status == FOXCUTE_OK) status = cu_sizes(B, F, A, H);
+    if (status != FOXCUTE_OK) return status;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    if ((status = sm_count(&sms)) != FOXCUTE_OK) return status;
+    cu_plan_t p = cu_plan(B, sms);
+    if (workspace_bytes < p.bytes) return FOXCUTE_ERR_WORKSPACE;
+    char *ws = workspace, *sum_tickets = ws + FX_TICKET_BYTES(FX_CU_TILES);
+    status = cuda_status((cudaError_t)fx_curiosity_weight_prep((void *)W1, (void *)W2, ws + p.prep, stream));
+    if (status == FOXCUTE_OK)
+        status = cuda_status((cudaError_t)fx_curiosity_row_pass(
+            (void *)s, (void *)a, (void *)s_next, (void *)W1, ws + p.prep, (void *)b1, (void *)b2, r, ds, ws + p.hid,
+            ws + p.dpred, ws + p.dz, ws + p.partials, B, p.num_ctas, (float)(1.0 / ((double)F * B)), stream));
+    if (status == FOXCUTE_OK) status = cu_weight_grads(&p, ws, s, dW1, dW2, B, stream);
+    if (status == FOXCUTE_OK)
+        status = cuda_status((cudaError_t)FX_CU_SUMS.launch(ws + p.partials, sums, ws + p.sum_work, sum_tickets,
+                                                            p.num_ctas, p.sum_ctas, stream));
+    if (status == FOXCUTE_OK) /* dW1[:, F:] = the action columns' sums [H, A] */
+        status = cuda_status(cudaMemcpy2DAsync(dW1 + F, (size_t)(F + A) * sizeof(float), sums + FOXCUTE_CURIOSITY_DW1A,
+                                               (size_t)A * sizeof(float), (size_t)A * sizeof(float), (size_t)H,
+                                               cudaMemcpyDeviceToDevice, stream));
+    return status;
+}
