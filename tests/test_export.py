@@ -23,7 +23,8 @@ PASS_KERNELS = {"column_sum": ["column_sum_n3", "column_sum_n128"],
                 "risk_budget_forward": ["risk_budget"], "kan_forward": ["kan_forward"],
                 "kan_backward": ["kan_backward_spread", "kan_backward_two_level"],
                 "curiosity_forward_backward": ["curiosity_weight_prep", "curiosity_row_pass", "curiosity_sums_n769",
-                                               "curiosity_weight_grads"]}
+                                               "curiosity_weight_grads"],
+                "mamba2_forward": ["mamba2_forward"], "mamba2_backward": ["mamba2_backward", "mamba2_sums_n12548"]}
 
 pytestmark = pytest.mark.skipif(toolchain.cuda_root() is None or shutil.which("cc") is None,
                                 reason="no C compiler, or no CUDA runtime headers and libcudart_static.a "
@@ -72,6 +73,9 @@ def test_header_states_the_compiled_sizes(exported):
     # db2 [256] | db1 [128] | dW1's action columns [128, 3] | loss
     assert [int(defines[f"FOXCUTE_CURIOSITY_{k}"]) for k in ("F", "H", "A", "DB1", "DW1A", "LOSS", "SUMS")] == \
         [256, 128, 3, 256, 384, 768, 769]
+    # dW_A | dW_B | dW_C [256, 16] | dw [256] | dsigma, padded to whole float4 vectors
+    assert [int(defines[f"FOXCUTE_MAMBA2_{k}"]) for k in ("K", "SH2", "D", "DW_B", "DW_C", "DW", "DSIGMA", "GRADS")] \
+        == [8, 256, 16, 4096, 8192, 12288, 12544, 12548]
     codes = [int(defines[k]) for k in defines if k.startswith("FOXCUTE_ERR_") or k == "FOXCUTE_OK"]
     assert len(codes) == len(set(codes)) == 8
 
@@ -84,7 +88,7 @@ def test_library_holds_every_kernel_the_launch_code_and_the_dsl_runtime(exported
         assert f"_mlir_fxk_{kernel}_cuda_init" in defined
     assert {"foxcute_load", "foxcute_column_sum", "foxcute_q_denoise_loss_and_grads",
             "foxcute_risk_budget_forward", "foxcute_kan_forward", "foxcute_kan_backward",
-            "foxcute_curiosity_forward_backward",
+            "foxcute_curiosity_forward_backward", "foxcute_mamba2_forward", "foxcute_mamba2_backward",
             "_cudaLaunchKernelEx"} <= defined
 
 
@@ -99,14 +103,13 @@ def test_argument_checks_return_their_codes_before_any_cuda_call(test_program):
 
 
 def test_fp32_export_takes_each_pass_fp32_kernels_and_links(tmp_path):
-    """--precision fp32: the fp32 kernels of the risk budget, KAN and curiosity (KAN's backward
-    is then two kernels and curiosity's weight gradients gemm.WeightGrad: the launch code's
-    other branches); the test program links and its checks hold."""
+    """--precision fp32: every kernel with a precision takes fp32 (the column sums have none;
+    KAN's backward is then two kernels and curiosity's weight gradients gemm.WeightGrad: the
+    launch code's other branches); the test program links and its checks hold."""
     assert cli.main(["export", "--out", str(tmp_path), "--precision", "fp32"]) == 0
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [k["kernel"] for k in manifest["passes"]["kan_backward"]] == ["kan_backward_fp32", "kan_grad_reduce"]
-    assert {k["precision"] for p in ("risk_budget_forward", "kan_forward", "kan_backward", "curiosity_forward_backward")
-            for k in manifest["passes"][p] if "precision" in k} == {"fp32"}  # the column sums have none
+    assert {k["precision"] for p in manifest["passes"].values() for k in p if "precision" in k} == {"fp32"}
     toolchain.compile_program(TESTS / "c" / "foxcute_test.c", tmp_path / "foxcute_test", tmp_path)
     done = subprocess.run([str(tmp_path / "foxcute_test"), "validate"], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "validate: 0 failure(s)", done.stdout + done.stderr

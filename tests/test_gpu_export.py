@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from foxcute import curiosity, kan, q_denoise, reduction, risk_budget
+from foxcute import curiosity, kan, mamba2, q_denoise, reduction, risk_budget
 from foxcute.checks import TOLERANCE, rel_err
 from foxcute.step import StepSizes
 
@@ -42,7 +42,11 @@ CASES = [("cs_iqn_head", "column_sum", dict(M=SIZES.B * SIZES.Q, N=SIZES.A)),
          ("kb_two_level", "kan_backward", dict(B=65536)),
          ("kb_odd", "kan_backward", dict(B=37)),
          ("cu_trainer", "curiosity", dict(B=SIZES.B)),
-         ("cu_odd", "curiosity", dict(B=37))]
+         ("cu_odd", "curiosity", dict(B=37)),
+         ("m2f_trainer", "mamba2_forward", dict(B=SIZES.B, sigma=0.95)),
+         ("m2f_odd", "mamba2_forward", dict(B=37, sigma=0.9)),
+         ("m2b_trainer", "mamba2_backward", dict(B=SIZES.B, sigma=0.95)),
+         ("m2b_odd", "mamba2_backward", dict(B=37, sigma=0.9))]
 
 
 def normal(rng, *shape, scale=1.0):
@@ -78,20 +82,41 @@ def curiosity_inputs(rng, B):
                 W2=normal(rng, F, H, scale=H**-0.5), b2=normal(rng, F, scale=0.1))
 
 
-INPUTS = {"curiosity": curiosity_inputs, "column_sum": column_sum_inputs, "q_denoise": q_denoise_inputs, "risk_budget": risk_budget_inputs,
+def mamba2_inputs(rng, B, sigma, backward=False):
+    K, SH2, D = SIZES.K, SIZES.SH2, SIZES.D
+    inputs = dict(h_hist=normal(rng, B, K, SH2), h=normal(rng, B, SH2),
+                  **{name: normal(rng, SH2, D, scale=SH2**-0.5) for name in ("W_A", "W_B", "W_C")},
+                  w=(1 + normal(rng, SH2, scale=0.1)).astype(np.float32))
+    return {"dout": normal(rng, B, SH2), **inputs} if backward else inputs
+
+
+INPUTS = {"curiosity": curiosity_inputs, "mamba2_forward": mamba2_inputs,
+          "mamba2_backward": lambda rng, B, sigma: mamba2_inputs(rng, B, sigma, backward=True), "column_sum": column_sum_inputs, "q_denoise": q_denoise_inputs, "risk_budget": risk_budget_inputs,
           "kan_forward": kan_inputs, "kan_backward": lambda rng, B: {"dy": normal(rng, B, SIZES.O_kan),
                                                                      **kan_inputs(rng, B)}}
 
 
-def references(pass_name, inputs, b2=None):
-    """[(output file, piece, slice of the file's floats, float64 reference)] of one case; the
-    packed gradients are split as foxcute.h's offsets split them."""
+def references(pass_name, inputs, scalar=None):
+    """[(output file, piece, slice of the file's floats, float64 reference)] of one case (the
+    packed gradients split as foxcute.h's offsets split them), and Mamba2's dsigma as
+    (file, "dsigma", slice, reference, denominator): docs/layers.md section 8's measure."""
     f64 = {k: v if v.dtype == np.int32 else v.astype(np.float64) for k, v in inputs.items()}
     whole = slice(None)
+    if pass_name == "mamba2_forward":
+        return [("out", "out", whole, mamba2.reference_forward(**f64, sigma=scalar))]
+    if pass_name == "mamba2_backward":
+        g = mamba2.reference_backward(**f64, sigma=scalar)
+        n, at = g.dW_A.size, 3 * g.dW_A.size + g.dw.size
+        return [("dh_hist", "dh_hist", whole, g.dh_hist), ("dh", "dh", whole, g.dh),
+                *(("grads", name, slice(i * n, (i + 1) * n), ref) for i, (name, ref) in
+                  enumerate((("dW_A", g.dW_A), ("dW_B", g.dW_B), ("dW_C", g.dW_C)))),
+                ("grads", "dw", slice(3 * n, at), g.dw),
+                ("grads", "dsigma", slice(at, at + 1), np.array([g.dsigma]),
+                 max(abs(g.dsigma), mamba2.dsigma_term_norm(**f64, sigma=scalar)))]
     if pass_name == "column_sum":
         return [("out", "out", whole, reduction.reference(f64["G"]))]
     if pass_name == "risk_budget":
-        return [("risk", "risk", whole, risk_budget.reference_forward(**f64, b2=b2))]
+        return [("risk", "risk", whole, risk_budget.reference_forward(**f64, b2=scalar))]
     if pass_name == "kan_forward":
         return [("y", "y", whole, kan.reference_forward(**f64))]
     if pass_name == "kan_backward":
@@ -134,7 +159,7 @@ def ran(request, tmp_path_factory):
         inputs = INPUTS[pass_name](rng, **args)
         for arg, value in inputs.items():
             value.tofile(data / f"{name}.{arg}.bin")
-        expected[name] = references(pass_name, inputs, args.get("b2"))
+        expected[name] = references(pass_name, inputs, args.get("b2", args.get("sigma")))
         lines.append(" ".join([name, pass_name, *(repr(v) for v in args.values())]))
     (data / "cases.txt").write_text("\n".join(lines) + "\n")
     done = subprocess.run([str(exe), "run", str(data)], capture_output=True, text=True, timeout=300)
@@ -158,9 +183,10 @@ def test_outputs_match_the_float64_reference(ran, case):
     precision, data, expected, _ = ran
     # the column sum has no precision option: plain float32 adds (docs/layers.md section 3)
     tol = TOLERANCE["fp32" if case.startswith("cs_") else precision]
-    for name, piece, part, ref in expected[case]:
+    for name, piece, part, ref, *denominator in expected[case]:
         got = output(data, case, name, "first")[part]
-        assert rel_err(got, ref.ravel()) < tol, f"{case} {piece}: rel_err {rel_err(got, ref.ravel()):.3g} >= {tol}"
+        err = abs(float(got[0]) - ref[0]) / denominator[0] if denominator else rel_err(got, ref.ravel())
+        assert err < tol, f"{case} {piece}: error {err:.3g} >= {tol}"
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])

@@ -247,7 +247,65 @@ def curiosity(sizes: StepSizes, precision: str) -> ExportedPass:
     return ExportedPass("curiosity_forward_backward", kernels, public, "\n".join(private))
 
 
-PASSES = (column_sum, q_denoise, risk_budget, kan_forward, kan_backward, curiosity)  # foxcute.h's, manifest's order
+def _mamba2_sizes(sizes: StepSizes) -> tuple[int, int, int]:
+    from ..kernels import mamba2 as mk
+
+    K, SH2, D = sizes.K, sizes.SH2, sizes.D
+    chk = _arrays.Checker("foxcute export: mamba2", gpu=False)
+    chk.array("h_hist", np.empty((1, K, SH2), np.float32), ("B", "K", "SH2"))
+    chk.array("W_A", np.empty((SH2, D), np.float32), ("SH2", "D"))
+    mk.check_sizes(chk, "fused")
+    return K, SH2, D
+
+
+def _mamba2_public(K: int, SH2: int, D: int) -> str:
+    return "\n".join([f"#define FOXCUTE_MAMBA2_K {K}", f"#define FOXCUTE_MAMBA2_SH2 {SH2}",
+                      f"#define FOXCUTE_MAMBA2_D {D}", f"#define FOXCUTE_MAMBA2_MAX_B {(2**31 - 1) // (K * SH2)}"])
+
+
+def mamba2_forward(sizes: StepSizes, precision: str) -> ExportedPass:
+    """The fused design's one persistent kernel (FusedForward) at (K, SH2, D), B free."""
+    from ..kernels import mamba2 as mk
+
+    K, SH2, D = _mamba2_sizes(sizes)
+    kernel = mk._KERNELS["fused_forward"][0](K, SH2, D, precision)
+    exported = Kernel("mamba2_forward", {"K": K, "SH2": SH2, "D": D, "precision": precision, "impl": "fused"},
+                      lambda: (mk._KERNELS["fused_forward"][0](K, SH2, D, precision), mk._fake_args("fused_forward")),
+                      _ptrs("h_hist", "h", "W_A", "W_B", "W_C", "w", "out")
+                      + [("float ", "sigma"), ("int32_t ", "batch"), ("int32_t ", "num_ctas")] + STREAM)
+    private = "\n".join([f"#define FX_M2F_SAMPLES {kernel.samples}", f"#define FX_M2F_CTAS_PER_SM {kernel.ctas_per_sm()}"])
+    return ExportedPass("mamba2_forward", [exported], _mamba2_public(K, SH2, D), private)
+
+
+def mamba2_backward(sizes: StepSizes, precision: str) -> ExportedPass:
+    """The fused design: FusedBackward (per-CTA weight-gradient partials, dh_hist, dh), then
+    ColumnSum(width) over the partials, launched as its programmatic dependent (PDL)."""
+    from ..kernels import column_sum as cs, mamba2 as mk
+
+    K, SH2, D = _mamba2_sizes(sizes)
+    kernel = mk._KERNELS["fused_backward"][0](K, SH2, D, precision)
+    width, n = kernel.width, SH2 * D
+    sums = cs._config(width, dependent=True)
+    static = {"K": K, "SH2": SH2, "D": D, "precision": precision, "impl": "fused"}
+    kernels = [Kernel("mamba2_backward", static,
+                      lambda: (mk._KERNELS["fused_backward"][0](K, SH2, D, precision), mk._fake_args("fused_backward")),
+                      _ptrs("dout", "h_hist", "h", "W_A", "W_B", "W_C", "w", "partials", "dh_hist", "dh")
+                      + [("float ", "sigma"), ("int32_t ", "batch"), ("int32_t ", "num_ctas")] + STREAM),
+               Kernel(f"mamba2_sums_n{width}", {"N": width, "dependent": True},
+                      lambda: (cs._config(width, dependent=True), cs.compile_args()),
+                      _ptrs("G", "out", "work", "tickets") + [("int32_t ", "m"), ("int32_t ", "num_ctas")] + STREAM)]
+    public = "\n".join([f"#define FOXCUTE_MAMBA2_GRADS {width}", "#define FOXCUTE_MAMBA2_DW_A 0",
+                        f"#define FOXCUTE_MAMBA2_DW_B {n}", f"#define FOXCUTE_MAMBA2_DW_C {2 * n}",
+                        f"#define FOXCUTE_MAMBA2_DW {3 * n}", f"#define FOXCUTE_MAMBA2_DSIGMA {kernel.L - 1}"])
+    private = "\n".join([f"#define FX_M2B_SAMPLES {kernel.samples}", f"#define FX_M2B_CTAS_PER_SM {kernel.ctas_per_sm()}",
+                         f"static const fx_column_sum_t FX_M2B_SUMS = {{{width}, {sums.pack}, {sums.width}, "
+                         f"{sums.slices}, {sums.rows}, {sums.unroll}, {cs.MAX_ELEMENTS // width // 4 * 4}, "
+                         f"fx_mamba2_sums_n{width}}};"])
+    return ExportedPass("mamba2_backward", kernels, public, private)
+
+
+PASSES = (column_sum, q_denoise, risk_budget, kan_forward, kan_backward, curiosity, mamba2_forward,
+          mamba2_backward)  # the order of foxcute.h's sizes and of the manifest
 
 
 def adapter(kernel: Kernel) -> str:

@@ -11,7 +11,8 @@
  *                           launched nothing leaves NaN). Exit 0 when every call returned FOXCUTE_OK.
  *
  * cases.txt, one case a line: `NAME column_sum M N`, `NAME q_denoise B`, `NAME risk_budget B b2`,
- * `NAME kan_forward B`, `NAME kan_backward B`, `NAME curiosity B` (its actions file holds int32).
+ * `NAME kan_forward B`, `NAME kan_backward B`, `NAME curiosity B` (its actions file holds int32),
+ * `NAME mamba2_forward B sigma`, `NAME mamba2_backward B sigma`.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -141,12 +142,42 @@ static void validate_curiosity(void) {
            FOXCUTE_ERR_SIZE);
 }
 
+static int mamba2_backward(const float *dout, float sigma, int32_t B, int32_t K, int32_t SH2, int32_t D, void *ws) {
+    return foxcute_mamba2_backward(dout, P, P, P, P, P, P, sigma, P, P, P, B, K, SH2, D, ws, 1 << 20, 0);
+}
+
+static void validate_mamba2(void) {
+    const int32_t K = FOXCUTE_MAMBA2_K, SH2 = FOXCUTE_MAMBA2_SH2, D = FOXCUTE_MAMBA2_D;
+    size_t bytes = 0;
+    expect("mamba2_forward null w", foxcute_mamba2_forward(P, P, P, P, P, NULL, 1.f, P, 64, K, SH2, D, 0),
+           FOXCUTE_ERR_NULL_POINTER);
+    expect("mamba2_forward misaligned h", foxcute_mamba2_forward(P, ODD, P, P, P, P, 1.f, P, 64, K, SH2, D, 0),
+           FOXCUTE_ERR_MISALIGNED);
+    expect("mamba2_forward D not compiled", foxcute_mamba2_forward(P, P, P, P, P, P, 1.f, P, 64, K, SH2, D * 2, 0),
+           FOXCUTE_ERR_SIZE);
+    expect("mamba2_forward sigma NaN", foxcute_mamba2_forward(P, P, P, P, P, P, NAN, P, 64, K, SH2, D, 0),
+           FOXCUTE_ERR_VALUE);
+    expect("mamba2_forward not loaded", foxcute_mamba2_forward(P, P, P, P, P, P, 1.f, P, 64, K, SH2, D, 0),
+           FOXCUTE_ERR_NOT_LOADED);
+    expect("mamba2_backward null dout", mamba2_backward(NULL, 1.f, 64, K, SH2, D, WS), FOXCUTE_ERR_NULL_POINTER);
+    expect("mamba2_backward misaligned workspace", mamba2_backward(P, 1.f, 64, K, SH2, D, (char *)WS + 4),
+           FOXCUTE_ERR_MISALIGNED);
+    expect("mamba2_backward K not compiled", mamba2_backward(P, 1.f, 64, K + 1, SH2, D, WS), FOXCUTE_ERR_SIZE);
+    expect("mamba2_backward B too large", mamba2_backward(P, 1.f, FOXCUTE_MAMBA2_MAX_B + 1, K, SH2, D, WS),
+           FOXCUTE_ERR_SIZE);
+    expect("mamba2_backward sigma inf", mamba2_backward(P, -INFINITY, 64, K, SH2, D, WS), FOXCUTE_ERR_VALUE);
+    expect("mamba2_backward not loaded", mamba2_backward(P, 1.f, 64, K, SH2, D, WS), FOXCUTE_ERR_NOT_LOADED);
+    expect("mamba2_backward workspace query SH2", foxcute_mamba2_backward_workspace_bytes(64, K, SH2 + 64, D, &bytes),
+           FOXCUTE_ERR_SIZE);
+}
+
 static int validate(void) {
     validate_column_sum();
     validate_q_denoise();
     validate_risk_budget();
     validate_kan();
     validate_curiosity();
+    validate_mamba2();
     expect("unload before load", foxcute_unload(), FOXCUTE_OK);
     printf("validate: %d failure(s)\n", failures);
     return failures != 0;
@@ -166,7 +197,7 @@ typedef struct {
 typedef struct case_s {
     char name[64], pass[32];
     int32_t M, N, B;
-    float b2;
+    float scalar; /* the risk budget's b2, Mamba2's sigma */
     int inputs, outputs;
     buffer_t buffers[MAX_BUFFERS]; /* inputs, then outputs */
     void *workspace;
@@ -204,13 +235,20 @@ static int launch(case_t *c, size_t workspace_bytes, cudaStream_t s) {
                                                   buf(c, 10), buf(c, 11), c->B, FOXCUTE_CURIOSITY_F,
                                                   FOXCUTE_CURIOSITY_A, FOXCUTE_CURIOSITY_H, c->workspace,
                                                   workspace_bytes, s);
+    if (!strcmp(c->pass, "mamba2_forward"))
+        return foxcute_mamba2_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), c->scalar,
+                                      buf(c, 6), c->B, FOXCUTE_MAMBA2_K, FOXCUTE_MAMBA2_SH2, FOXCUTE_MAMBA2_D, s);
+    if (!strcmp(c->pass, "mamba2_backward"))
+        return foxcute_mamba2_backward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), buf(c, 6),
+                                       c->scalar, buf(c, 7), buf(c, 8), buf(c, 9), c->B, FOXCUTE_MAMBA2_K,
+                                       FOXCUTE_MAMBA2_SH2, FOXCUTE_MAMBA2_D, c->workspace, workspace_bytes, s);
     if (!strcmp(c->pass, "kan_forward"))
         return foxcute_kan_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), c->B, FOXCUTE_KAN_I, FOXCUTE_KAN_O,
                                    FOXCUTE_KAN_G, s);
     if (!strcmp(c->pass, "kan_backward"))
         return foxcute_kan_backward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), c->B,
                                     FOXCUTE_KAN_I, FOXCUTE_KAN_O, FOXCUTE_KAN_G, c->workspace, workspace_bytes, s);
-    return foxcute_risk_budget_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), c->b2,
+    return foxcute_risk_budget_forward(buf(c, 0), buf(c, 1), buf(c, 2), buf(c, 3), buf(c, 4), buf(c, 5), c->scalar,
                                        buf(c, 6), c->B, FOXCUTE_RISK_BUDGET_SH2, FOXCUTE_RISK_BUDGET_I,
                                        FOXCUTE_RISK_BUDGET_H, s);
 }
@@ -237,6 +275,23 @@ static int describe(case_t *c) {
         size_t count[] = {c->B * SH2, I, c->B, HR * (SH2 + I + 1), HR, HR};
         for (int i = 0; i < 6; i++) add(c, in[i], count[i], 0);
         add(c, "risk", c->B, 1);
+    } else if (!strcmp(c->pass, "mamba2_forward") || !strcmp(c->pass, "mamba2_backward")) {
+        const size_t K = FOXCUTE_MAMBA2_K, SH2 = FOXCUTE_MAMBA2_SH2, D = FOXCUTE_MAMBA2_D;
+        int backward = !strcmp(c->pass, "mamba2_backward");
+        if (backward) add(c, "dout", c->B * SH2, 0);
+        const char *in[] = {"h_hist", "h", "W_A", "W_B", "W_C", "w"};
+        size_t count[] = {c->B * K * SH2, c->B * SH2, SH2 * D, SH2 * D, SH2 * D, SH2};
+        for (int i = 0; i < 6; i++) add(c, in[i], count[i], 0);
+        if (!backward) {
+            add(c, "out", c->B * SH2, 1);
+            return 1;
+        }
+        add(c, "dh_hist", c->B * K * SH2, 1);
+        add(c, "dh", c->B * SH2, 1);
+        add(c, "grads", FOXCUTE_MAMBA2_GRADS, 1);
+        expect("mamba2_backward workspace query",
+               foxcute_mamba2_backward_workspace_bytes(c->B, (int32_t)K, (int32_t)SH2, (int32_t)D,
+                                                       &c->workspace_bytes), FOXCUTE_OK);
     } else if (!strcmp(c->pass, "curiosity")) {
         const size_t F = FOXCUTE_CURIOSITY_F, A = FOXCUTE_CURIOSITY_A, H = FOXCUTE_CURIOSITY_H;
         const char *in[] = {"s", "a", "s_next", "W1", "b1", "W2", "b2"}; /* a: int32, 4 bytes like a float */
@@ -342,7 +397,7 @@ static int read_cases(const char *dir, case_t *cases) {
         if (sscanf(line, "%63s %31s%n", c->name, c->pass, &used) != 2) continue;
         const char *rest = line + used;
         if (!strcmp(c->pass, "column_sum")) sscanf(rest, "%d %d", &c->M, &c->N);
-        else sscanf(rest, "%d %f", &c->B, &c->b2);
+        else sscanf(rest, "%d %f", &c->B, &c->scalar);
         if (describe(c)) {
             n++;
         } else {

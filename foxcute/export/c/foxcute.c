@@ -470,3 +470,85 @@ int foxcute_curiosity_forward_backward(const float *s, const int32_t *a, const f
                                                cudaMemcpyDeviceToDevice, stream));
     return status;
 }
+
+/* ---- Mamba2 (fused) ---- */
+
+static int m2_sizes(int32_t B, int32_t K, int32_t SH2, int32_t D) {
+    int ok = K == FOXCUTE_MAMBA2_K && SH2 == FOXCUTE_MAMBA2_SH2 && D == FOXCUTE_MAMBA2_D && B >= 1 &&
+             B <= FOXCUTE_MAMBA2_MAX_B;
+    return ok ? FOXCUTE_OK : FOXCUTE_ERR_SIZE;
+}
+
+/* mamba2._persistent_ctas: a CTA a tile of `samples` samples, at most ctas_per_sm an SM. */
+static int32_t m2_ctas(int32_t B, int32_t samples, int32_t ctas_per_sm, int32_t sms) {
+    int64_t tiles = ceil_div(B, samples), cap = (int64_t)sms * ctas_per_sm;
+    int64_t ctas = tiles < cap ? tiles : cap;
+    return (int32_t)(ctas > 1 ? ctas : 1);
+}
+
+int foxcute_mamba2_forward(const float *h_hist, const float *h, const float *W_A, const float *W_B,
+                           const float *W_C, const float *w, float sigma, float *out, int32_t B, int32_t K,
+                           int32_t SH2, int32_t D, cudaStream_t stream) {
+    const void *pointers[] = {h_hist, h, W_A, W_B, W_C, w, out};
+    int status = check_pointers(pointers, 7);
+    int32_t sms = 0;
+    if (status == FOXCUTE_OK) status = m2_sizes(B, K, SH2, D);
+    if (status != FOXCUTE_OK) return status;
+    if (!isfinite(sigma)) return FOXCUTE_ERR_VALUE;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    if ((status = sm_count(&sms)) != FOXCUTE_OK) return status;
+    return cuda_status((cudaError_t)fx_mamba2_forward((void *)h_hist, (void *)h, (void *)W_A, (void *)W_B, (void *)W_C,
+                                                      (void *)w, out, sigma, B,
+                                                      m2_ctas(B, FX_M2F_SAMPLES, FX_M2F_CTAS_PER_SM, sms), stream));
+}
+
+/* Tickets of the partials' column sum, the partials [ctas, width], the column sum's rows. */
+typedef struct {
+    int32_t ctas, sum_ctas;
+    size_t partials, sum_work, bytes;
+} m2_plan_t;
+
+static m2_plan_t m2_plan(int32_t B, int32_t sms) {
+    m2_plan_t p;
+    p.ctas = m2_ctas(B, FX_M2B_SAMPLES, FX_M2B_CTAS_PER_SM, sms);
+    p.sum_ctas = column_sum_grid(&FX_M2B_SUMS, p.ctas, sms);
+    p.partials = FX_TICKET_BYTES(FX_M2B_SUMS.slices);
+    p.sum_work = p.partials + (size_t)p.ctas * FOXCUTE_MAMBA2_GRADS * sizeof(float);
+    p.bytes = p.sum_work + (size_t)(p.sum_ctas + 1) * FX_M2B_SUMS.width * sizeof(float);
+    return p;
+}
+
+int foxcute_mamba2_backward_workspace_bytes(int32_t B, int32_t K, int32_t SH2, int32_t D, size_t *bytes) {
+    int32_t sms = 0;
+    if (bytes == NULL) return FOXCUTE_ERR_NULL_POINTER;
+    int status = m2_sizes(B, K, SH2, D);
+    if (status == FOXCUTE_OK) status = sm_count(&sms);
+    if (status == FOXCUTE_OK) *bytes = m2_plan(B, sms).bytes;
+    return status;
+}
+
+/* FusedBackward, then the column sum of its partials as its programmatic dependent (as
+ * mamba2.backward launches them). */
+int foxcute_mamba2_backward(const float *dout, const float *h_hist, const float *h, const float *W_A,
+                            const float *W_B, const float *W_C, const float *w, float sigma, float *dh_hist,
+                            float *dh, float *grads, int32_t B, int32_t K, int32_t SH2, int32_t D,
+                            void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+    const void *pointers[] = {dout, h_hist, h, W_A, W_B, W_C, w, dh_hist, dh, grads, workspace};
+    int status = check_pointers(pointers, 11);
+    int32_t sms = 0;
+    if (status == FOXCUTE_OK) status = m2_sizes(B, K, SH2, D);
+    if (status != FOXCUTE_OK) return status;
+    if (!isfinite(sigma)) return FOXCUTE_ERR_VALUE;
+    if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
+    if ((status = sm_count(&sms)) != FOXCUTE_OK) return status;
+    m2_plan_t p = m2_plan(B, sms);
+    if (workspace_bytes < p.bytes) return FOXCUTE_ERR_WORKSPACE;
+    char *ws = workspace;
+    status = cuda_status((cudaError_t)fx_mamba2_backward((void *)dout, (void *)h_hist, (void *)h, (void *)W_A,
+                                                         (void *)W_B, (void *)W_C, (void *)w, ws + p.partials,
+                                                         dh_hist, dh, sigma, B, p.ctas, stream));
+    if (status == FOXCUTE_OK)
+        status = cuda_status((cudaError_t)FX_M2B_SUMS.launch(ws + p.partials, grads, ws + p.sum_work, ws, p.ctas,
+                                                             p.sum_ctas, stream));
+    return status;
+}
