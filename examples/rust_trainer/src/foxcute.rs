@@ -43,6 +43,22 @@ extern "C" {
     pub fn foxcute_kan_backward(dy: *const f32, x: *const f32, C: *const f32, Wb: *const f32, dx: *mut f32,
                                 grads: *mut f32, B: i32, I: i32, O: i32, G: i32, workspace: *mut c_void,
                                 workspace_bytes: usize, stream: Stream) -> c_int;
+
+    pub fn foxcute_curiosity_workspace_bytes(B: i32, F: i32, A: i32, H: i32, bytes: *mut usize) -> c_int;
+    pub fn foxcute_curiosity_forward_backward(s: *const f32, a: *const i32, s_next: *const f32, W1: *const f32,
+                                              b1: *const f32, W2: *const f32, b2: *const f32, r: *mut f32,
+                                              ds: *mut f32, dW1: *mut f32, dW2: *mut f32, sums: *mut f32, B: i32,
+                                              F: i32, A: i32, H: i32, workspace: *mut c_void, workspace_bytes: usize,
+                                              stream: Stream) -> c_int;
+
+    pub fn foxcute_mamba2_forward(h_hist: *const f32, h: *const f32, W_A: *const f32, W_B: *const f32,
+                                  W_C: *const f32, w: *const f32, sigma: f32, out: *mut f32, B: i32, K: i32,
+                                  SH2: i32, D: i32, stream: Stream) -> c_int;
+    pub fn foxcute_mamba2_backward_workspace_bytes(B: i32, K: i32, SH2: i32, D: i32, bytes: *mut usize) -> c_int;
+    pub fn foxcute_mamba2_backward(dout: *const f32, h_hist: *const f32, h: *const f32, W_A: *const f32,
+                                   W_B: *const f32, W_C: *const f32, w: *const f32, sigma: f32, dh_hist: *mut f32,
+                                   dh: *mut f32, grads: *mut f32, B: i32, K: i32, SH2: i32, D: i32,
+                                   workspace: *mut c_void, workspace_bytes: usize, stream: Stream) -> c_int;
 }
 
 /// A status as a Result, with foxcute's name of the failure.
