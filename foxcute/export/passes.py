@@ -42,6 +42,10 @@ def _ptrs(*names: str) -> list[tuple[str, str]]:
     return [("void *", n) for n in names]
 
 
+def _ints(*names: str) -> list[tuple[str, str]]:
+    return [("int32_t ", n) for n in names]
+
+
 STREAM = [("cudaStream_t ", "stream")]
 
 
@@ -54,26 +58,37 @@ def _check(module: Any, where: str, arrays: dict[str, tuple[tuple[int, ...], tup
     module.check_sizes(chk)
 
 
+COLUMN_SUM_PARAMS = _ptrs("G", "out", "work", "tickets") + [("int32_t ", "m"), ("int32_t ", "num_ctas")] + STREAM
+
+
+def _column_sum(name: str, n: int, dependent: bool = False) -> tuple[Kernel, str]:
+    """ColumnSum(n) exported as fx_<name>, and its fx_column_sum_t initializer (the static
+    configuration column_sum.grid_size and the workspace need; max_m: column_sum's one-launch
+    row block, 32-bit indexing)."""
+    from ..kernels import column_sum as cs
+
+    k = cs._config(n, dependent)
+    static = {"N": n, **({"dependent": True} if dependent else {})}
+    kernel = Kernel(name, static, lambda: (cs._config(n, dependent), cs.compile_args()), COLUMN_SUM_PARAMS)
+    max_m = cs.MAX_ELEMENTS // n // 4 * 4
+    return kernel, f"{{{n}, {k.pack}, {k.width}, {k.slices}, {k.rows}, {k.unroll}, {max_m}, fx_{name}}}"
+
+
 def column_sum(sizes: StepSizes, precision: str) -> ExportedPass:
     """The bias-gradient sums of the step: N = A (the IQN head) and N = H_iqn (its hidden
     layer); one ColumnSum kernel a width, M free."""
     from ..kernels import column_sum as cs
 
     widths = sorted({sizes.A, sizes.H_iqn})
-    rows, kernels = [], []
     for n in widths:
         if not 1 <= n <= reduction.MAX_N:
             raise _arrays.FoxcuteInputError(f"foxcute export: column_sum N={n} is outside 1..{reduction.MAX_N}")
-        k = cs._config(n)
-        max_m = cs.MAX_ELEMENTS // n // 4 * 4  # column_sum's row block: one launch, 32-bit indexing
-        kernels.append(Kernel(f"column_sum_n{n}", {"N": n}, lambda n=n: (cs._config(n), cs.compile_args()),
-                              _ptrs("G", "out", "work", "tickets") + [("int32_t ", "m"), ("int32_t ", "num_ctas")]
-                              + STREAM))
-        rows.append(f"    {{{n}, {k.pack}, {k.width}, {k.slices}, {k.rows}, {k.unroll}, {max_m}, fx_column_sum_n{n}}},")
+    kernels, rows = zip(*(_column_sum(f"column_sum_n{n}", n) for n in widths))
     public = f"#define FOXCUTE_COLUMN_SUM_WIDTHS {{{', '.join(map(str, widths))}}}"
     private = "\n".join([f"#define FX_CTAS_PER_SM {cs.CTAS_PER_SM}",
-                         "static const fx_column_sum_t FX_COLUMN_SUMS[] = {", *rows, "};"])
-    return ExportedPass("column_sum", kernels, public, private)
+                         "static const fx_column_sum_t FX_COLUMN_SUMS[] = {",
+                         *(f"    {row}," for row in rows), "};"])
+    return ExportedPass("column_sum", list(kernels), public, private)
 
 
 def q_denoise(sizes: StepSizes, precision: str) -> ExportedPass:
@@ -180,15 +195,46 @@ def _split(compile_args: tuple) -> tuple[Any, tuple]:
     return compile_args[0], compile_args[1:]
 
 
+def _curiosity_weight_grads(F: int, H: int, precision: str, static: dict) -> tuple[Kernel, list[str]]:
+    """dW2 = dpred^T hid and dW1[:, :F] = dz^T s in one launch, and the constants of its grid
+    and workspace: tf32 KMajorWeightGrad (gemm.kmajor_weight_grads_into), fp32 WeightGrad
+    (gemm.weight_grads_into)."""
+    from ..kernels import gemm
+
+    if precision == "tf32":
+        kinds = ("kmajor", "rows")
+        kernel = Kernel("curiosity_weight_grads", static,
+                        lambda: _split(gemm.kmajor_weight_grad_compile_args(gemm.KMAJOR_TILE_N, kinds)),
+                        [*_ptrs("a0", "b0", "dw0"), *_ints("m0", "n0", "ldo0"), *_ptrs("a1", "b1", "dw1"),
+                         *_ints("m1", "n1", "ldo1"), *_ptrs("work", "tickets"),
+                         *_ints("batch", "kp_vecs", "kb_per_split", "splits"), *STREAM])
+        # two F x H tile grids (M = F, N = H): dW2 [F, H], and dW1[:, :F] = (dz^T s) written transposed
+        tiles = 2 * -(-F // gemm.KMajorWeightGrad.BM) * -(-H // gemm.KMAJOR_TILE_N)
+        return kernel, ["#define FX_CU_TF32 1", f"#define FX_CU_TILES {tiles}",
+                        f"#define FX_CU_KB {gemm.KMajorWeightGrad.KB}",
+                        f"#define FX_CU_TILE_FLOATS {gemm.KMajorWeightGrad.BM * gemm.KMAJOR_TILE_N}"]
+    bk = gemm.WeightGrad.tile_k(max(F, H))
+    config = ((gemm._vec(F), gemm._vec(H), False, False), (gemm._vec(H), gemm._vec(F), False, False))
+    kernel = Kernel("curiosity_weight_grads", static, lambda: _split(gemm.weight_grad_compile_args(precision, config, bk)),
+                    [*_ptrs("dy0", "x0", "dw0", "db0"), *_ints("n0", "k0", "ldo0"), *_ptrs("dy1", "x1", "dw1", "db1"),
+                     *_ints("n1", "k1", "ldo1"), *_ptrs("work", "tickets"), *_ints("m", "rows_per_cta", "num_ctas"),
+                     *STREAM])
+    tiles = [(-(-n // gemm.WeightGrad.bn), -(-k // bk)) for n, k in ((F, H), (H, F))]
+    # work floats a weight-gradient CTA: the sum over problems of nt * (kt * bk + 1) * bn
+    work = sum(nt * (kt * bk + 1) * gemm.WeightGrad.bn for nt, kt in tiles)
+    return kernel, ["#define FX_CU_TF32 0", f"#define FX_CU_TILES {sum(a * b for a, b in tiles)}",
+                    f"#define FX_CU_CHUNK {gemm.CHUNK}", f"#define FX_CU_VEC_F {gemm._vec(F)}",
+                    f"#define FX_CU_VEC_H {gemm._vec(H)}", f"#define FX_CU_WORK_PER_CTA {work}"]
+
+
 def curiosity(sizes: StepSizes, precision: str) -> ExportedPass:
     """Forward and backward, as curiosity.forward_backward launches them but on one stream:
-    WeightPrep, the row pass (actions int32), the weight gradients (tf32: KMajorWeightGrad on
-    the row pass's K-major operands; fp32: WeightGrad), the column sums of the row pass's
-    partials (ColumnSum(width), one launch while width <= COLSUM_WIDTH), and a 2-D copy of
-    dW1's action columns out of those sums. F = SH2, H = H_c, A = A."""
+    WeightPrep, the row pass (actions int32), the weight gradients, the column sums of the row
+    pass's partials (ColumnSum(width), one launch while width <= COLSUM_WIDTH), and a 2-D copy
+    of dW1's action columns out of those sums. F = SH2, H = H_c, A = A."""
     from cutlass import Int32
 
-    from ..kernels import column_sum as cs, curiosity as cu, gemm
+    from ..kernels import curiosity as cu
 
     F, H, A = sizes.F, sizes.H_c, sizes.A
     _check(cu, "foxcute export: curiosity", {"s": ((1, F), ("B", "F")), "W1": ((H, F + A), ("H", "F+A"))})
@@ -196,48 +242,18 @@ def curiosity(sizes: StepSizes, precision: str) -> ExportedPass:
     if width > cu.COLSUM_WIDTH:
         raise _arrays.FoxcuteInputError(f"foxcute export: curiosity's {width} partial columns need several "
                                          f"column sums (over {cu.COLSUM_WIDTH}): not exported")
-    sums = cs._config(width)
     static = {"F": F, "H": H, "A": A, "precision": precision}
+    sums, sums_row = _column_sum(f"curiosity_sums_n{width}", width)
+    grads, grads_defines = _curiosity_weight_grads(F, H, precision, static)
     kernels = [Kernel("curiosity_weight_prep", static, lambda: _split(cu.weight_prep_compile_args(F, H, A, precision)),
                       _ptrs("W1", "W2", "prep") + STREAM),
-               Kernel("curiosity_row_pass", static,
-                      lambda: _split(cu.row_pass_compile_args(F, H, A, precision, Int32)),
+               Kernel("curiosity_row_pass", static, lambda: _split(cu.row_pass_compile_args(F, H, A, precision, Int32)),
                       _ptrs("s", "a", "s_next", "W1", "prep", "b1", "b2", "r", "ds", "hid", "dpred", "dz", "partials")
                       + [("int32_t ", "batch"), ("int32_t ", "num_ctas"), ("float ", "inv_fb")] + STREAM),
-               Kernel(f"curiosity_sums_n{width}", {"N": width},
-                      lambda: (cs._config(width), cs.compile_args()),
-                      _ptrs("G", "out", "work", "tickets") + [("int32_t ", "m"), ("int32_t ", "num_ctas")] + STREAM)]
-    private = [f"#define FX_CU_BM {bm}", f"#define FX_CU_PREP_FLOATS "
-               f"{cu.norms_offset(F, H) + H if precision == 'tf32' else cu.prep_arrays(precision) * H * F}",
-               f"static const fx_column_sum_t FX_CU_SUMS = {{{width}, {sums.pack}, {sums.width}, {sums.slices}, "
-               f"{sums.rows}, {sums.unroll}, {cs.MAX_ELEMENTS // width // 4 * 4}, fx_curiosity_sums_n{width}}};"]
-    if precision == "tf32":
-        kinds = ("kmajor", "rows")
-        kernels.append(Kernel("curiosity_weight_grads", static,
-                              lambda: _split(gemm.kmajor_weight_grad_compile_args(gemm.KMAJOR_TILE_N, kinds)),
-                              [*_ptrs("a0", "b0", "dw0"), *[("int32_t ", n) for n in ("m0", "n0", "ldo0")],
-                               *_ptrs("a1", "b1", "dw1"), *[("int32_t ", n) for n in ("m1", "n1", "ldo1")],
-                               *_ptrs("work", "tickets"),
-                               *[("int32_t ", n) for n in ("batch", "kp_vecs", "kb_per_split", "splits")], *STREAM]))
-        # two F x H tile grids (M = F, N = H): dW2 [F, H], and dW1[:, :F] = (dz^T s) written transposed
-        tiles = 2 * -(-F // gemm.KMajorWeightGrad.BM) * -(-H // gemm.KMAJOR_TILE_N)
-        private += ["#define FX_CU_TF32 1", f"#define FX_CU_TILES {tiles}", f"#define FX_CU_KB {gemm.KMajorWeightGrad.KB}",
-                    f"#define FX_CU_TILE_FLOATS {gemm.KMajorWeightGrad.BM * gemm.KMAJOR_TILE_N}"]
-    else:
-        bk = gemm.WeightGrad.tile_k(max(F, H))
-        config = ((gemm._vec(F), gemm._vec(H), False, False), (gemm._vec(H), gemm._vec(F), False, False))
-        kernels.append(Kernel("curiosity_weight_grads", static,
-                              lambda: _split(gemm.weight_grad_compile_args(precision, config, bk)),
-                              [*_ptrs("dy0", "x0", "dw0", "db0"), *[("int32_t ", n) for n in ("n0", "k0", "ldo0")],
-                               *_ptrs("dy1", "x1", "dw1", "db1"), *[("int32_t ", n) for n in ("n1", "k1", "ldo1")],
-                               *_ptrs("work", "tickets"),
-                               *[("int32_t ", n) for n in ("m", "rows_per_cta", "num_ctas")], *STREAM]))
-        tiles = [(-(-n // gemm.WeightGrad.bn), -(-k // bk)) for n, k in ((F, H), (H, F))]
-        private += ["#define FX_CU_TF32 0", f"#define FX_CU_TILES {sum(a * b for a, b in tiles)}",
-                    f"#define FX_CU_CHUNK {gemm.CHUNK}", f"#define FX_CU_VEC_F {gemm._vec(F)}",
-                    f"#define FX_CU_VEC_H {gemm._vec(H)}",
-                    # work floats a weight-gradient CTA: sum over problems of nt * (kt * bk + 1) * bn
-                    f"#define FX_CU_WORK_PER_CTA {sum(nt * (kt * bk + 1) * gemm.WeightGrad.bn for nt, kt in tiles)}"]
+               sums, grads]
+    prep = cu.norms_offset(F, H) + H if precision == "tf32" else cu.prep_arrays(precision) * H * F
+    private = [f"#define FX_CU_BM {bm}", f"#define FX_CU_PREP_FLOATS {prep}",
+               f"static const fx_column_sum_t FX_CU_SUMS = {sums_row};", *grads_defines]
     max_b = (2**31 - 1) // max(F, H) // bm * bm  # check_sizes: B rounded up to bm, times max(F, H), < 2^31
     public = "\n".join([f"#define FOXCUTE_CURIOSITY_F {F}", f"#define FOXCUTE_CURIOSITY_H {H}",
                         f"#define FOXCUTE_CURIOSITY_A {A}", f"#define FOXCUTE_CURIOSITY_MAX_B {max_b}",
@@ -280,27 +296,22 @@ def mamba2_forward(sizes: StepSizes, precision: str) -> ExportedPass:
 def mamba2_backward(sizes: StepSizes, precision: str) -> ExportedPass:
     """The fused design: FusedBackward (per-CTA weight-gradient partials, dh_hist, dh), then
     ColumnSum(width) over the partials, launched as its programmatic dependent (PDL)."""
-    from ..kernels import column_sum as cs, mamba2 as mk
+    from ..kernels import mamba2 as mk
 
     K, SH2, D = _mamba2_sizes(sizes)
     kernel = mk._KERNELS["fused_backward"][0](K, SH2, D, precision)
     width, n = kernel.width, SH2 * D
-    sums = cs._config(width, dependent=True)
     static = {"K": K, "SH2": SH2, "D": D, "precision": precision, "impl": "fused"}
+    sums, sums_row = _column_sum(f"mamba2_sums_n{width}", width, dependent=True)
     kernels = [Kernel("mamba2_backward", static,
                       lambda: (mk._KERNELS["fused_backward"][0](K, SH2, D, precision), mk._fake_args("fused_backward")),
                       _ptrs("dout", "h_hist", "h", "W_A", "W_B", "W_C", "w", "partials", "dh_hist", "dh")
-                      + [("float ", "sigma"), ("int32_t ", "batch"), ("int32_t ", "num_ctas")] + STREAM),
-               Kernel(f"mamba2_sums_n{width}", {"N": width, "dependent": True},
-                      lambda: (cs._config(width, dependent=True), cs.compile_args()),
-                      _ptrs("G", "out", "work", "tickets") + [("int32_t ", "m"), ("int32_t ", "num_ctas")] + STREAM)]
+                      + [("float ", "sigma"), ("int32_t ", "batch"), ("int32_t ", "num_ctas")] + STREAM), sums]
     public = "\n".join([f"#define FOXCUTE_MAMBA2_GRADS {width}", "#define FOXCUTE_MAMBA2_DW_A 0",
                         f"#define FOXCUTE_MAMBA2_DW_B {n}", f"#define FOXCUTE_MAMBA2_DW_C {2 * n}",
                         f"#define FOXCUTE_MAMBA2_DW {3 * n}", f"#define FOXCUTE_MAMBA2_DSIGMA {kernel.L - 1}"])
     private = "\n".join([f"#define FX_M2B_SAMPLES {kernel.samples}", f"#define FX_M2B_CTAS_PER_SM {kernel.ctas_per_sm()}",
-                         f"static const fx_column_sum_t FX_M2B_SUMS = {{{width}, {sums.pack}, {sums.width}, "
-                         f"{sums.slices}, {sums.rows}, {sums.unroll}, {cs.MAX_ELEMENTS // width // 4 * 4}, "
-                         f"fx_mamba2_sums_n{width}}};"])
+                         f"static const fx_column_sum_t FX_M2B_SUMS = {sums_row};"])
     return ExportedPass("mamba2_backward", kernels, public, private)
 
 
