@@ -102,14 +102,23 @@ def test_argument_checks_return_their_codes_before_any_cuda_call(test_program):
     assert done.stdout.strip() == "validate: 0 failure(s)"
 
 
-def test_fp32_export_takes_each_pass_fp32_kernels_and_links(tmp_path):
-    """--precision fp32: every kernel with a precision takes fp32 (the column sums have none;
-    KAN's backward is then two kernels and curiosity's weight gradients gemm.WeightGrad: the
-    launch code's other branches); the test program links and its checks hold."""
-    assert cli.main(["export", "--out", str(tmp_path), "--precision", "fp32"]) == 0
+# docs/layers.md's odd sizes where a layer has them, others that each kernel module takes
+ODD_SIZES = "A=5,H_iqn=127,A_q=5,H_q=7,SH2=128,I_risk=3,H_risk=12,I_kan=5,O_kan=6,G_kan=3,H_c=64,K=4,D=8"
+
+
+def test_fp32_export_at_odd_sizes_takes_fp32_kernels_and_links(tmp_path):
+    """--precision fp32 at odd sizes: every kernel with a precision takes fp32 (the column
+    sums have none; KAN's backward is then two kernels and curiosity's weight gradients
+    gemm.WeightGrad: the launch code's other branches), the offsets follow the sizes (dWb
+    after dC padded to whole float4s), the test program links and its checks hold."""
+    assert cli.main(["export", "--out", str(tmp_path), "--precision", "fp32", "--sizes", ODD_SIZES]) == 0
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [k["kernel"] for k in manifest["passes"]["kan_backward"]] == ["kan_backward_fp32", "kan_grad_reduce"]
     assert {k["precision"] for p in manifest["passes"].values() for k in p if "precision" in k} == {"fp32"}
+    header = (tmp_path / "foxcute.h").read_text()
+    for define in ("FOXCUTE_COLUMN_SUM_WIDTHS {5, 127}", "FOXCUTE_Q_DENOISE_DB2 77", "FOXCUTE_KAN_DWB 92",
+                   "FOXCUTE_CURIOSITY_SUMS 513", "FOXCUTE_MAMBA2_GRADS 3204"):
+        assert f"#define {define}\n" in header
     toolchain.compile_program(TESTS / "c" / "foxcute_test.c", tmp_path / "foxcute_test", tmp_path)
     done = subprocess.run([str(tmp_path / "foxcute_test"), "validate"], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "validate: 0 failure(s)", done.stdout + done.stderr
