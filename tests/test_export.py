@@ -42,7 +42,7 @@ def exported(tmp_path_factory):
 @pytest.fixture(scope="module")
 def test_program(exported):
     exe = exported / "foxcute_test"
-    toolchain.compile_program(TESTS / "c" / "foxcute_test.c", exe, exported)
+    assert toolchain.compile_program(TESTS / "c" / "foxcute_test.c", exe, exported) == ""  # no warnings
     return exe
 
 
@@ -57,6 +57,7 @@ def test_manifest_names_what_was_compiled(exported):
     assert manifest["source_fingerprint"] == toolchain.source_fingerprint()
     assert manifest["library"]["sha256"] == toolchain.sha256(exported / "libfoxcute.a")
     assert manifest["header"]["sha256"] == toolchain.sha256(exported / "foxcute.h")
+    assert manifest["launch_code_warnings"] == ""  # the system compiler's, on c/foxcute.c
 
 
 def test_header_states_the_compiled_sizes(exported):
@@ -119,7 +120,8 @@ def test_fp32_export_at_odd_sizes_takes_fp32_kernels_and_links(tmp_path):
     for define in ("FOXCUTE_COLUMN_SUM_WIDTHS {5, 127}", "FOXCUTE_Q_DENOISE_DB2 77", "FOXCUTE_KAN_DWB 92",
                    "FOXCUTE_CURIOSITY_SUMS 513", "FOXCUTE_MAMBA2_GRADS 3204"):
         assert f"#define {define}\n" in header
-    toolchain.compile_program(TESTS / "c" / "foxcute_test.c", tmp_path / "foxcute_test", tmp_path)
+    assert toolchain.compile_program(TESTS / "c" / "foxcute_test.c", tmp_path / "foxcute_test", tmp_path) == ""
+    assert manifest["launch_code_warnings"] == ""
     done = subprocess.run([str(tmp_path / "foxcute_test"), "validate"], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "validate: 0 failure(s)", done.stdout + done.stderr
 

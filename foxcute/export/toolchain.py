@@ -75,22 +75,22 @@ def link_flags(out: Path, root: Path) -> list[str]:
     return [f"-L{out}", "-lfoxcute", f"-L{cuda_libdir(root)}", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
 
 
-def compile_program(source: Path, exe: Path, out: Path) -> list[str]:
+def compile_program(source: Path, exe: Path, out: Path) -> str:
     """Compile and link a C program against the export in `out` with the system compiler, as
-    docs/export.md shows; returns the command."""
+    docs/export.md shows; returns the compiler's warnings ("" where none)."""
     root = cuda_root()
     if root is None:
         raise ExportError("no CUDA runtime headers and static library found: see cuda_root")
-    cmd = ["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{out}", f"-I{root / 'include'}",
-           str(source), "-o", str(exe), *link_flags(out, root)]
-    run(cmd)
-    return cmd
+    return run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", f"-I{out}", f"-I{root / 'include'}", str(source),
+                "-o", str(exe), *link_flags(out, root)])
 
 
-def run(cmd: list[str], cwd: Path | None = None) -> None:
+def run(cmd: list[str], cwd: Path | None = None) -> str:
+    """Run a tool; its stderr (a compiler's warnings), ExportError where it fails."""
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if done.returncode:
         raise ExportError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return done.stderr
 
 
 def export_kernel(kernel: Kernel, build_dir: Path) -> Path:
@@ -123,21 +123,23 @@ def public_header(passes: list[ExportedPass], precision: str) -> str:
     return (HERE / "c" / "foxcute.h.in").read_text().replace("@SIZES@", sizes)
 
 
-def compile_library(out: Path, build_dir: Path, objects: list[Path], root: Path) -> Path:
+def compile_library(out: Path, build_dir: Path, objects: list[Path], root: Path) -> tuple[Path, str]:
     """foxcute.o from c/foxcute.c, then libfoxcute.a: it, the kernels' objects and the DSL
-    runtime's static archive's members (so a program links one library of ours)."""
+    runtime's static archive's members (so a program links one library of ours). Returns the
+    library and the compiler's warnings: kept in the manifest, not fatal, since another
+    compiler version may warn about the DSL's generated headers (CI checks there are none)."""
     launch = build_dir / "foxcute.o"
-    run(["cc", "-std=c11", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function",
-         "-Wno-unused-parameter",  # the DSL wrappers take a module they do not read
-         f"-I{out}", f"-I{build_dir}", f"-I{root / 'include'}", "-c", str(HERE / "c" / "foxcute.c"),
-         "-o", str(launch)])
+    warnings = run(["cc", "-std=c11", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-function",
+                    "-Wno-unused-parameter",  # the DSL wrappers take a module they do not read
+                    f"-I{out}", f"-I{build_dir}", f"-I{root / 'include'}", "-c", str(HERE / "c" / "foxcute.c"),
+                    "-o", str(launch)])
     runtime_dir = build_dir / "dsl_runtime"
     runtime_dir.mkdir()
     run(["ar", "x", str(dsl_libdir() / RUNTIME_ARCHIVE)], cwd=runtime_dir)
     library = out / LIBRARY
     library.unlink(missing_ok=True)
     run(["ar", "rcs", str(library), str(launch), *map(str, objects), *map(str, sorted(runtime_dir.iterdir()))])
-    return library
+    return library, warnings
 
 
 def source_fingerprint() -> str:
@@ -172,7 +174,7 @@ def build(out: Path, passes: list[ExportedPass], precision: str) -> dict:
         objects = [export_kernel(k, build_dir) for p in passes for k in p.kernels]
         (out / "foxcute.h").write_text(public_header(passes, precision))
         (build_dir / "foxcute_kernels.h").write_text(private_header(passes))
-        library = compile_library(out, build_dir, objects, root)
+        library, warnings = compile_library(out, build_dir, objects, root)
     return {
         "arch": _cute.ARCH,
         "precision": precision,
@@ -191,5 +193,6 @@ def build(out: Path, passes: list[ExportedPass], precision: str) -> dict:
             "gpu": f"{_cute.ARCH} (Hopper)",
         },
         "link": ["-lfoxcute", "-lcudart_static", "-ldl", "-lrt", "-lpthread"],
+        "launch_code_warnings": warnings,
         "cuda_root": str(root),
     }
