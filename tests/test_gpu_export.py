@@ -5,8 +5,8 @@ for bit between a run and two replays of a CUDA graph that captured every pass (
 sets the outputs to NaN before the replays, so a graph that launched nothing fails).
 
 Needs, on the GPU machine: the DSL (the export runs here, at the trainer's sizes, once a
-precision), `cc`, and the
-CUDA headers with libcudart_static.a (the toolkit). No cupy or torch: the C program owns the GPU.
+precision), `cc`, and the CUDA headers with libcudart_static.a (the toolkit). No cupy or torch:
+the C program owns the GPU.
 """
 
 import subprocess
