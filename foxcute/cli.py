@@ -1,4 +1,4 @@
-"""Command line: `foxcute run|index|check-run|ptx|cache ...` (also `python -m foxcute ...`)."""
+"""Command line: `foxcute run|index|check-run|ptx|cache|export ...` (also `python -m foxcute ...`)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,34 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="the compiled-kernel cache on disk: where it is and what it holds "
                                          "(info), or empty it (clear)")
     cache.add_argument("action", choices=["info", "clear"])
+    add_export_parser(sub)
     return parser
+
+
+def add_export_parser(sub) -> None:
+    export = sub.add_parser("export", help="compile the layer passes' kernels for sm_90a (no GPU needed) into "
+                                           "a C library: foxcute.h, libfoxcute.a, manifest.json "
+                                           "(docs/export.md)")
+    export.add_argument("--out", type=Path, required=True, help="folder that receives the three files")
+    export.add_argument("--sizes", default="trainer", metavar="trainer|NAME=N,...",
+                        help="the step's default sizes, or overrides of them (foxcute.step.StepSizes "
+                             "names, e.g. SH2=256,H_risk=64); default %(default)s")
+    export.add_argument("--precision", default="tf32", choices=["tf32", "fp32"],
+                        help="matrix products in TF32 or full float32; default %(default)s")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from . import export
+
+    try:
+        manifest = export.export(args.out, export.parse_sizes(args.sizes), args.precision)
+    except export.ExportError as exc:
+        print(f"foxcute export: error: {exc}", file=sys.stderr)
+        return 2
+    kernels = sum(len(k) for k in manifest["passes"].values())
+    print(f"{args.out}: {len(manifest['passes'])} passes, {kernels} kernels ({manifest['arch']}, "
+          f"{manifest['precision']})")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(json.dumps(_compile_cache.info(), indent=1))
         return 0
+    if args.command == "export":
+        return run_export(args)
     if args.command == "check-run":
         from .lab import provenance
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
@@ -91,7 +92,7 @@ class ColumnSum:
 
     @cute.jit
     def __call__(self, g_ptr: cute.Pointer, out_ptr: cute.Pointer, work_ptr: cute.Pointer,
-                 ticket_ptr: cute.Pointer, m: Int32, num_ctas: Int32, stream):
+                 ticket_ptr: cute.Pointer, m: Int32, num_ctas: Int32, stream: cuda.CUstream):
         packed_rows = m // self.pack
         mG = cute.make_tensor(g_ptr, cute.make_layout((packed_rows, self.vecs, 4),
                                                       stride=(self.width, 4, 1)))

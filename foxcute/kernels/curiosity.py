@@ -65,6 +65,7 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Float64, Int32, Int64
@@ -191,7 +192,7 @@ class WeightPrep:
         self.arrays = prep_arrays(precision)
 
     @cute.jit
-    def __call__(self, w1_ptr: cute.Pointer, w2_ptr: cute.Pointer, prep_ptr: cute.Pointer, stream):
+    def __call__(self, w1_ptr: cute.Pointer, w2_ptr: cute.Pointer, prep_ptr: cute.Pointer, stream: cuda.CUstream):
         f, h = self.f, self.h
         mW1 = cute.make_tensor(w1_ptr, cute.make_layout((h, self.w1_cols), stride=(self.w1_cols, 1)))
         mW2 = cute.make_tensor(w2_ptr, cute.make_layout((f, h), stride=(h, 1)))
@@ -480,7 +481,7 @@ class RowPass:
                  w1_ptr: cute.Pointer, prep_ptr: cute.Pointer, b1_ptr: cute.Pointer, b2_ptr: cute.Pointer,
                  r_ptr: cute.Pointer, ds_ptr: cute.Pointer, hid_ptr: cute.Pointer, dpred_ptr: cute.Pointer,
                  dz_ptr: cute.Pointer, part_ptr: cute.Pointer, batch: Int32, num_ctas: Int32,
-                 inv_fb: Float32, stream):
+                 inv_fb: Float32, stream: cuda.CUstream):
         """The arrays as the kernels read them (TF32: hid, dpred, dz K-major), then the
         subclass's kernel over num_ctas CTAs of `threads`."""
         f, h, w1_cols = self.f, self.h, self.f + self.num_actions

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
@@ -108,7 +109,7 @@ class SkinnyMatmul:
     @cute.jit
     def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, out_ptr: cute.Pointer,
                  bias_ptr: cute.Pointer, aux_ptr: cute.Pointer, c0: Float32,
-                 m: Int32, n: Int32, k_vecs: Int32, stream):
+                 m: Int32, n: Int32, k_vecs: Int32, stream: cuda.CUstream):
         """aux: row_dot's v [N], or residual's R [M, N]; any valid address for the others."""
         k = cute.assume(k_vecs * self.vec, divby=self.vec)
         mA = cute.make_tensor(a_ptr, cute.make_layout((m, k_vecs, self.vec), stride=(k, self.vec, 1)))
@@ -298,7 +299,7 @@ class WeightGrad:
                  dy1: cute.Pointer, x1: cute.Pointer, dw1: cute.Pointer, db1: cute.Pointer,
                  n_vecs1: Int32, k_vecs1: Int32, ldo1: Int32,
                  work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, m: Int32, rows_per_cta: Int32,
-                 num_ctas: Int32, stream):
+                 num_ctas: Int32, stream: cuda.CUstream):
         p0 = self.problem_tensors(0, dy0, x0, dw0, db0, n_vecs0, k_vecs0, ldo0, work_ptr, ticket_ptr,
                                   m, num_ctas)
         tiles = p0[-1]
@@ -541,7 +542,7 @@ class KMajorWeightGrad:
     def __call__(self, a0: cute.Pointer, b0: cute.Pointer, dw0: cute.Pointer, m0: Int32, n0: Int32, ldo0: Int32,
                  a1: cute.Pointer, b1: cute.Pointer, dw1: cute.Pointer, m1: Int32, n1: Int32, ldo1: Int32,
                  work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, batch: Int32, kp_vecs: Int32,
-                 kb_per_split: Int32, splits: Int32, stream):
+                 kb_per_split: Int32, splits: Int32, stream: cuda.CUstream):
         kp = cute.assume(kp_vecs * 4, divby=self.KB)
         p0 = self.problem_tensors(0, a0, b0, dw0, m0, n0, ldo0, batch, kp, kp_vecs)
         p1 = p0

@@ -65,6 +65,7 @@ import functools
 import math
 from typing import Any
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
@@ -210,7 +211,7 @@ class _ForwardLaunch:
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, wb_ptr: cute.Pointer,
-                 y_ptr: cute.Pointer, batch: Int32, stream):
+                 y_ptr: cute.Pointer, batch: Int32, stream: cuda.CUstream):
         O = self.O
         mX, mC, mWb = self.operand_tensors(batch, x_ptr, c_ptr, wb_ptr)
         mY = cute.make_tensor(y_ptr, cute.make_layout((batch, O // 2, 2), stride=(O, 2, 1)))
@@ -268,7 +269,7 @@ class KanBackwardFp32(KanConfig):
     @cute.jit
     def __call__(self, dy_ptr: cute.Pointer, x_ptr: cute.Pointer, c_ptr: cute.Pointer,
                  wb_ptr: cute.Pointer, dx_ptr: cute.Pointer, part_ptr: cute.Pointer,
-                 batch: Int32, stream):
+                 batch: Int32, stream: cuda.CUstream):
         I, O = self.I, self.O
         num_ctas = cute.ceil_div(batch, self.rows)
         mDy = cute.make_tensor(dy_ptr, cute.make_layout((batch, O), stride=(O, 1)))
@@ -616,7 +617,7 @@ class KanBackwardTf32(KanTf32Config):
     def __call__(self, dy_ptr: cute.Pointer, x_ptr: cute.Pointer, c_ptr: cute.Pointer,
                  wb_ptr: cute.Pointer, dx_ptr: cute.Pointer, sums_ptr: cute.Pointer,
                  work_ptr: cute.Pointer, ticket_ptr: cute.Pointer, batch: Int32,
-                 num_chunks: Int32, group_size: Int32, num_groups: Int32, stream):
+                 num_chunks: Int32, group_size: Int32, num_groups: Int32, stream: cuda.CUstream):
         I, O, G = self.I, self.O, self.G
         dv, cv = self.dy_vec, self.c_vec
         mDy = cute.make_tensor(dy_ptr, cute.make_layout((batch, O // dv, dv), stride=(O, dv, 1)))
@@ -1023,7 +1024,7 @@ class KanGradReduce:
         self.vecs = layout.partial_len // 4  # static: every row stays 16-byte aligned
 
     @cute.jit
-    def __call__(self, part_ptr: cute.Pointer, sums_ptr: cute.Pointer, rows: Int32, stream):
+    def __call__(self, part_ptr: cute.Pointer, sums_ptr: cute.Pointer, rows: Int32, stream: cuda.CUstream):
         mPart = cute.make_tensor(part_ptr, cute.make_layout((rows, self.vecs, 4),
                                                             stride=(self.vecs * 4, 4, 1)))
         mSums = cute.make_tensor(sums_ptr, cute.make_layout(self.grads.sums_len))

@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
@@ -123,7 +124,7 @@ class QDenoiseKernel:
                  b1_ptr: cute.Pointer, w2_ptr: cute.Pointer, b2_ptr: cute.Pointer,
                  dq_ptr: cute.Pointer, out_ptr: cute.Pointer, work_ptr: cute.Pointer,
                  ticket_ptr: cute.Pointer, batch: Int32, num_ctas: Int32, group_size: Int32,
-                 num_groups: Int32, inv_count: Float32, stream):
+                 num_groups: Int32, inv_count: Float32, stream: cuda.CUstream):
         A, H = self.A, self.H
         mQ = cute.make_tensor(q_ptr, cute.make_layout(batch * A))
         mQt = cute.make_tensor(qt_ptr, cute.make_layout(batch * A))

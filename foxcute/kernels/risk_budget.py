@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
@@ -141,7 +142,7 @@ class RiskBudgetFp32(RiskBudgetConfig):
     @cute.jit
     def __call__(self, h_ptr: cute.Pointer, isv_ptr: cute.Pointer, e_ptr: cute.Pointer,
                  w1_ptr: cute.Pointer, b1_ptr: cute.Pointer, w2_ptr: cute.Pointer,
-                 risk_ptr: cute.Pointer, batch: Int32, b2: Float32, stream):
+                 risk_ptr: cute.Pointer, batch: Int32, b2: Float32, stream: cuda.CUstream):
         self.launch(h_ptr, isv_ptr, e_ptr, w1_ptr, b1_ptr, w2_ptr, risk_ptr, batch, b2,
                     FP32_ROWS, WARPS * 32, stream)
 
@@ -203,7 +204,7 @@ class RiskBudgetTf32(RiskBudgetConfig):
     @cute.jit
     def __call__(self, h_ptr: cute.Pointer, isv_ptr: cute.Pointer, e_ptr: cute.Pointer,
                  w1_ptr: cute.Pointer, b1_ptr: cute.Pointer, w2_ptr: cute.Pointer,
-                 risk_ptr: cute.Pointer, batch: Int32, b2: Float32, stream):
+                 risk_ptr: cute.Pointer, batch: Int32, b2: Float32, stream: cuda.CUstream):
         self.launch(h_ptr, isv_ptr, e_ptr, w1_ptr, b1_ptr, w2_ptr, risk_ptr, batch, b2,
                     TF32_ROWS, TF32_WARPS * 32, stream)
 
