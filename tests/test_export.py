@@ -15,6 +15,7 @@ import pytest
 
 from foxcute import cli, export
 from foxcute.export import toolchain
+from foxcute.lab import c_export
 from foxcute.step import StepSizes
 
 TESTS = Path(__file__).resolve().parent
@@ -101,6 +102,35 @@ def test_argument_checks_return_their_codes_before_any_cuda_call(test_program):
     done = subprocess.run([str(test_program), "validate"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "validate: 0 failure(s)"
+
+
+def test_bench_harness_compiles_links_and_refuses_bad_arguments(exported, tmp_path):
+    """foxcute_bench (foxcute/export/c/foxcute_bench.c) against the export, no warnings; its
+    argument checks precede foxcute_load, so they run without a GPU."""
+    exe = tmp_path / "foxcute_bench"
+    assert toolchain.compile_program(c_export.SOURCE, exe, exported) == ""
+    usage = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "usage:" in usage.stderr
+    zero = subprocess.run([str(exe), "0", "64", "128", "5", "50", "10"], capture_output=True, text=True, timeout=60)
+    assert zero.returncode == 2 and "'0' is not an integer >= 1" in zero.stderr
+
+
+def test_c_export_records_reuse_the_export_and_turn_failures_into_errors(exported, tmp_path, monkeypatch):
+    """The driver reuses the module's export (same sizes, precision and sources: the library is
+    not rewritten), and a run or a build that fails gives one record a graph with the error
+    and no time, raising nothing."""
+    built = (exported / "libfoxcute.a").stat().st_mtime_ns
+    ran = c_export.records(exported, StepSizes(), batch=0)  # foxcute_bench refuses B = 0: exit 2
+    assert (exported / "libfoxcute.a").stat().st_mtime_ns == built
+    assert len(ran) == 10
+    assert all(r["time_us"] is None and r["error"].startswith("foxcute_bench exited 2:") for r in ran)
+    broken = tmp_path / "broken.c"
+    broken.write_text("int main(void) { return missing; }\n")
+    monkeypatch.setattr(c_export, "SOURCE", broken)
+    failed = c_export.records(exported, StepSizes(), batch=64)
+    assert len(failed) == 10
+    assert all(r["time_us"] is None and r["error"].startswith("ExportError: cc ") and "missing" in r["error"]
+               for r in failed)
 
 
 # docs/layers.md's odd sizes where a layer has them, others that each kernel module takes
