@@ -70,3 +70,27 @@ def test_a_failed_run_puts_its_error_on_every_record_without_samples():
 @pytest.mark.parametrize("H_iqn, widths", [(3, [3]), (128, [3, 128])])
 def test_one_column_sum_record_a_width(H_iqn, widths):
     assert [n for p, n in c_export.expected(StepSizes(H_iqn=H_iqn)) if p == "column_sum"] == widths
+
+
+def test_beside_sets_each_c_record_by_its_python_counterparts():
+    c_records = c_export.parse(CANNED, SIZES, 64, "tf32")
+    python = [{"layer": "mamba2", "pass": "forward", "impl": "cute_fused", "params": dict(B=64, K=8, SH2=256, D=16),
+               "time_us": 2.5},
+              {"layer": "mamba2", "pass": "forward", "impl": "cute_fused", "params": dict(B=128, K=8, SH2=256, D=16),
+               "time_us": 1.0},  # another batch: not its counterpart
+              {"layer": "column_sum", "pass": "forward", "impl": "cute",
+               "params": dict(B=64, Q=64, N=3, variant="N=3"), "time_us": 7.5},
+              {"layer": "step", "pass": "step", "impl": "cute_one_stream",
+               "params": breakdown._record("cute", StepSizes(B=64), "tf32")["params"], "time_us": 100.0},
+              {"layer": "step", "pass": "step", "impl": "cute", "params": {}, "time_us": None, "error": "failed"}]
+    rows = {(r["pass"], r["cute impl"]): r for r in c_export.beside(c_records, python)}
+    assert len(rows) == 11  # one a pass record, two for the step
+    assert rows["mamba2.forward", "cute_fused"]["ratio"] == 3.0 / 2.5
+    assert rows["column_sum.forward[N=3]", "cute"]["ratio"] == 1.0
+    assert rows["step.step", "cute_one_stream"]["ratio"] == 1.1
+    assert rows["step.step", "cute"]["ratio"] is None and rows["kan.backward", "cute"]["cute us"] is None
+    sentence = c_export.reading(list(rows.values()))
+    assert sentence.startswith("C / cute runs from 1x (column_sum.forward[N=3] / cute) to 1.2x "
+                               "(mamba2.forward / cute_fused) over 3 pairs; past the 1.05x target: ")
+    assert "step.step / cute_one_stream" in sentence and "column_sum" not in sentence.split("target:")[1]
+    assert c_export.reading([]).startswith("No C time")

@@ -153,3 +153,40 @@ def records(out_dir: Path | str | None, sizes: StepSizes = StepSizes(), batch: i
         return parse(done.stdout, sizes, batch, precision, error)
     except Exception as exc:  # the notebook must go on: every record says what failed
         return parse("", sizes, batch, precision, f"{type(exc).__name__}: {exc}")
+
+
+def counterparts(c_record: dict[str, Any]) -> tuple[str, ...]:
+    """The impls of the Python records a C record is set beside: a pass's cute kernel (Mamba2:
+    cute_fused, the design exported), the step's on one stream (cute_one_stream, as the C step
+    runs) and on two lanes (cute, the Python step as shipped)."""
+    if c_record["impl"] == "c_export_graph":
+        return ("cute_one_stream", "cute")
+    return ("cute_fused",) if c_record["layer"] == "mamba2" else ("cute",)
+
+
+def beside(c_records: list[dict[str, Any]], python_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per C record and counterpart: its time, the Python record's of the same layer,
+    pass and params (None where there is none or it has no time), and their ratio."""
+    rows = []
+    for c in c_records:
+        variant = c["params"].get("variant")
+        name = f"{c['layer']}.{c['pass']}" + (f"[{variant}]" if variant else "")
+        for impl in counterparts(c):
+            match = next((r for r in python_records if r["impl"] == impl and r["layer"] == c["layer"]
+                          and r["pass"] == c["pass"] and r["params"] == c["params"]), {})
+            c_us, cute_us = c.get("time_us"), match.get("time_us")
+            rows.append({"pass": name, "impl": c["impl"], "us": c_us, "cute impl": impl, "cute us": cute_us,
+                         "ratio": c_us / cute_us if c_us and cute_us else None})
+    return rows
+
+
+def reading(rows: list[dict[str, Any]]) -> str:
+    """One sentence on `beside`'s rows: the range of the ratios against the 1.05x target."""
+    paired = [r for r in rows if r["ratio"] is not None]
+    if not paired:
+        return "No C time has a Python cute time beside it: see the records' errors."
+    low, high = min(paired, key=lambda r: r["ratio"]), max(paired, key=lambda r: r["ratio"])
+    over = [f"{r['pass']} / {r['cute impl']}" for r in paired if r["ratio"] > 1.05]
+    return (f"C / cute runs from {low['ratio']:.3g}x ({low['pass']} / {low['cute impl']}) to {high['ratio']:.3g}x "
+            f"({high['pass']} / {high['cute impl']}) over {len(paired)} pairs; "
+            + (f"past the 1.05x target: {', '.join(over)}." if over else "every pair within the 1.05x target."))
