@@ -96,9 +96,11 @@ typedef struct {
     size_t bytes;
 } workspace_t;
 
-static workspace_t workspace(const char *what, int status, size_t bytes) {
+/* The workspace of one call site: `status` is its query's, which wrote *bytes (read here, in
+ * the body: an argument `bytes` could be read before the query in the same call ran). */
+static workspace_t workspace(const char *what, int status, const size_t *bytes) {
     check_status(what, status);
-    workspace_t ws = {device_bytes(bytes), bytes}; /* zeroed once, as foxcute.h asks */
+    workspace_t ws = {device_bytes(*bytes), *bytes}; /* zeroed once, as foxcute.h asks */
     return ws;
 }
 
@@ -160,17 +162,17 @@ static void allocate(bench_t *b) {
 
     size_t bytes = 0;
     b->ws_curiosity = workspace("curiosity workspace query",
-                                foxcute_curiosity_workspace_bytes(b->B, (int32_t)F, (int32_t)A, (int32_t)HC, &bytes), bytes);
+                                foxcute_curiosity_workspace_bytes(b->B, (int32_t)F, (int32_t)A, (int32_t)HC, &bytes), &bytes);
     b->ws_q = workspace("q_denoise workspace query", foxcute_q_denoise_workspace_bytes(b->B, (int32_t)AQ, (int32_t)HQ, &bytes),
-                        bytes);
+                        &bytes);
     b->ws_head = workspace("column_sum workspace query (N = A)",
-                           foxcute_column_sum_workspace_bytes((int32_t)M, (int32_t)A, &bytes), bytes);
+                           foxcute_column_sum_workspace_bytes((int32_t)M, (int32_t)A, &bytes), &bytes);
     b->ws_hidden = workspace("column_sum workspace query (N = H_iqn)",
-                             foxcute_column_sum_workspace_bytes((int32_t)M, b->H_iqn, &bytes), bytes);
+                             foxcute_column_sum_workspace_bytes((int32_t)M, b->H_iqn, &bytes), &bytes);
     b->ws_kan = workspace("kan_backward workspace query",
-                          foxcute_kan_backward_workspace_bytes(b->B, (int32_t)IK, (int32_t)OK, (int32_t)GK, &bytes), bytes);
+                          foxcute_kan_backward_workspace_bytes(b->B, (int32_t)IK, (int32_t)OK, (int32_t)GK, &bytes), &bytes);
     b->ws_m2b = workspace("mamba2_backward workspace query",
-                          foxcute_mamba2_backward_workspace_bytes(b->B, (int32_t)K, (int32_t)SH2, (int32_t)D, &bytes), bytes);
+                          foxcute_mamba2_backward_workspace_bytes(b->B, (int32_t)K, (int32_t)SH2, (int32_t)D, &bytes), &bytes);
 }
 
 /* ---- the passes, each one call on stream s; a foxcute status ---- */
@@ -281,7 +283,9 @@ static void time_pass(const bench_t *b, const pass_t *pass, cudaStream_t s, int 
 
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    /* relaxed, as timing's cupy capture: no other thread's API call can break the capture;
+     * the launches on s are what the graph holds, and check_replay proves there are some */
+    CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     int status = pass->launch(b, s);
     cudaError_t ended = cudaStreamEndCapture(s, &graph);
     check_status(what, status);
