@@ -66,9 +66,10 @@ def expected(sizes: StepSizes) -> list[tuple[str, int | None]]:
 
 
 def record(name: str, sizes: StepSizes, batch: int, precision: str, N: int | None = None) -> dict[str, Any]:
-    """A record without a time (the profiling notebook's keys; floor and error are the Python
-    records': this harness checks that the graphs ran, not their results, which
-    tests/test_gpu_export.py compares with float64)."""
+    """A record without a time, with the profiling notebook's keys: floor_us and rel_err None
+    (the notebook takes the floor of the Python record of the same pass; the harness checks
+    that its graphs ran, not their results, which tests/test_gpu_export.py compares with
+    float64)."""
     layer, pass_ = LAYER_PASS[name]
     return {"layer": layer, "pass": pass_, "impl": "c_export_graph" if name == "step" else "c_export",
             "params": params(name, sizes, batch, precision, N), "precision": precision, "time_us": None,
@@ -78,8 +79,8 @@ def record(name: str, sizes: StepSizes, batch: int, precision: str, N: int | Non
 def parse(stdout: str, sizes: StepSizes, batch: int, precision: str, error: str | None = None) -> list[dict[str, Any]]:
     """Records from the harness's output (its JSON lines; other lines are ignored), one per
     expected graph, in the harness's order: the median and percentiles of its samples
-    (timing.spread), or "error" where it printed none: `error` (why the run failed) or
-    "no samples"; a run that failed after printing every graph puts `error` on the last."""
+    (timing.spread), or "error" where it printed none: `error` (why the run failed) or that it
+    printed none; a run that failed after printing every graph puts `error` on the last."""
     samples: dict[tuple[str, int | None], list[float]] = {}
     for line in stdout.splitlines():
         if line.startswith("{"):
