@@ -15,6 +15,7 @@ import pytest
 
 from foxcute import cli, export
 from foxcute.export import toolchain
+from foxcute.lab import c_export
 from foxcute.step import StepSizes
 
 TESTS = Path(__file__).resolve().parent
@@ -101,6 +102,57 @@ def test_argument_checks_return_their_codes_before_any_cuda_call(test_program):
     done = subprocess.run([str(test_program), "validate"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "validate: 0 failure(s)"
+
+
+def test_bench_harness_compiles_links_and_refuses_bad_arguments(exported, tmp_path):
+    """foxcute_bench (foxcute/export/c/foxcute_bench.c) against the export, no warnings; its
+    argument checks precede foxcute_load, so they run without a GPU."""
+    exe = tmp_path / "foxcute_bench"
+    assert toolchain.compile_program(c_export.SOURCE, exe, exported) == ""
+    usage = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "usage:" in usage.stderr
+    zero = subprocess.run([str(exe), "0", "64", "128", "5", "50", "10"], capture_output=True, text=True, timeout=60)
+    assert zero.returncode == 2 and "'0' is not an integer >= 1" in zero.stderr
+
+
+def test_bench_harness_runs_every_graph_on_a_cpu_stand_in_for_cuda(exported, tmp_path):
+    """The harness's control flow without a GPU: linked with tests/c/bench_stub.c (the CUDA
+    calls and foxcute's passes on host memory, a graph replaying the outputs its capture
+    recorded) instead of the library and cudart, it times every graph in the step's order
+    and prints lines lab.c_export parses; a replay that writes nothing fails the check."""
+    exe = tmp_path / "bench_stub"
+    assert toolchain.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", f"-I{exported}",
+                          f"-I{toolchain.cuda_root() / 'include'}", str(c_export.SOURCE), str(TESTS / "c" / "bench_stub.c"),
+                          "-o", str(exe)]) == ""
+    done = subprocess.run([str(exe), "64", "4", "128", "1", "3", "2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [line.split('"')[3] for line in done.stdout.splitlines()] == [
+        "mamba2_forward", "curiosity_forward_backward", "risk_budget_forward", "q_denoise_loss_and_grads",
+        "column_sum", "column_sum", "kan_forward", "kan_backward", "mamba2_backward", "step"]
+    records = c_export.parse(done.stdout, StepSizes(), 64, "tf32")
+    assert all("error" not in r and r["time_us"] == 5.0 for r in records)  # 0.01 ms an event pair / 2 replays
+    missed = subprocess.run([str(exe), "64", "4", "128", "1", "3", "2"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "NOLAUNCH": "1"})
+    assert missed.returncode == 1 and missed.stdout == ""
+    assert "mamba2_forward: output 0 [0] is not finite after a replay" in missed.stderr
+
+
+def test_c_export_records_reuse_the_export_and_turn_failures_into_errors(exported, tmp_path, monkeypatch):
+    """The driver reuses the module's export (same sizes, precision and sources: the library is
+    not rewritten), and a run or a build that fails gives one record a graph with the error
+    and no time, raising nothing."""
+    built = (exported / "libfoxcute.a").stat().st_mtime_ns
+    ran = c_export.records(exported, StepSizes(), batch=0)  # foxcute_bench refuses B = 0: exit 2
+    assert (exported / "libfoxcute.a").stat().st_mtime_ns == built
+    assert len(ran) == 10
+    assert all(r["time_us"] is None and r["error"].startswith("foxcute_bench exited 2:") for r in ran)
+    broken = tmp_path / "broken.c"
+    broken.write_text("int main(void) { return missing; }\n")
+    monkeypatch.setattr(c_export, "SOURCE", broken)
+    failed = c_export.records(exported, StepSizes(), batch=64)
+    assert len(failed) == 10
+    assert all(r["time_us"] is None and r["error"].startswith("ExportError: cc ") and "missing" in r["error"]
+               for r in failed)
 
 
 # docs/layers.md's odd sizes where a layer has them, others that each kernel module takes
