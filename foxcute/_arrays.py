@@ -105,6 +105,11 @@ def device_id(x: Any, kind: str) -> int | None:
 CHECK_FINITE_ENV = "FOXCUTE_CHECK_FINITE"
 
 
+def env_flag(name: str) -> bool:
+    """Whether environment variable `name` turns an opt-in check on: set, and not "" or "0"."""
+    return os.environ.get(name, "0") not in ("", "0")
+
+
 def non_finite_count(x: Any, kind: str) -> int:
     """How many entries of x are NaN or inf (a device reduction and one host read for cupy and
     torch)."""
@@ -141,7 +146,7 @@ class Checker:
     def __init__(self, where: str, *, gpu: bool):
         self.where = where
         self.gpu = gpu
-        self.check_finite = os.environ.get(CHECK_FINITE_ENV, "0") not in ("", "0")
+        self.check_finite = env_flag(CHECK_FINITE_ENV)
         self.dims: dict[str, int] = {}
         self._dim_source: dict[str, str] = {}
         self.kind: str | None = None

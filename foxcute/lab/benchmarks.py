@@ -339,25 +339,31 @@ def impls() -> list[Impl]:
 # Each layer pass through torch.ops.foxcute.* (foxcute.torch.ops) at TF32 (Mamba2: fused), the
 # case's inputs in order: "torch_ops" as plain calls (a PyTorch user's eager call, host time
 # included), "torch_ops_graph" captured in a CUDA graph like the cute kernels.
-def _has_operator(case: Case) -> bool:
-    from .torch_ops import OPERATOR_OF_PASS
 
-    return (case.layer, case.pass_) in OPERATOR_OF_PASS
+# the (layer, pass) of each pass function of foxcute's PyTorch operators (foxcute.torch.ops)
+# and of its C library (foxcute.h's foxcute_<name>), which name them alike
+PASS_OF_FUNCTION = {"mamba2_forward": ("mamba2", "forward"), "mamba2_backward": ("mamba2", "backward"),
+                    "q_denoise_loss_and_grads": ("q_denoise", "loss_and_grads"),
+                    "column_sum": ("column_sum", "forward"), "kan_forward": ("kan", "forward"),
+                    "kan_backward": ("kan", "backward"),
+                    "curiosity_forward_backward": ("curiosity", "forward_backward"),
+                    "risk_budget_forward": ("risk_budget", "forward")}
+_FUNCTION_OF_PASS = {layer_pass: name for name, layer_pass in PASS_OF_FUNCTION.items()}
+
+
+def _has_operator(case: Case) -> bool:
+    return (case.layer, case.pass_) in _FUNCTION_OF_PASS
 
 
 def _operator_call(case: Case, x: dict[str, Any]) -> Callable[[], Any]:
     """The case's operator on the case's inputs (the risk head's b2, a Python float in the
-    case, as the one-element tensor the operator takes)."""
-    import torch
-
+    case, as the tensor the operator takes)."""
     from ..torch import ops
 
     args = list(x.values())
     if case.layer == "risk_budget":
-        args[-1] = torch.full((), float(args[-1]), dtype=torch.float32, device=args[0].device)
-    from .torch_ops import OPERATOR_OF_PASS
-
-    op = getattr(ops, OPERATOR_OF_PASS[case.layer, case.pass_])
+        args[-1] = ops.risk_b2(args[-1], args[0])
+    op = getattr(ops, _FUNCTION_OF_PASS[case.layer, case.pass_])
     options = {"mamba2": ("fused", "tf32"), "column_sum": ()}.get(case.layer, ("tf32",))
     return lambda: op(*args, *options)
 

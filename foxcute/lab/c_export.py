@@ -28,16 +28,13 @@ from typing import Any, Iterator
 from ..export import toolchain
 from ..step import StepSizes
 from . import timing
+from .benchmarks import PASS_OF_FUNCTION
 
 SOURCE = toolchain.HERE / "c" / "foxcute_bench.c"
 PROGRAM = "foxcute_bench"
 TIMING = "CUDA graph replay"
-# the harness's pass names (foxcute.h's functions) -> (layer, pass) of benchmarks.CASES
-LAYER_PASS = {"mamba2_forward": ("mamba2", "forward"), "curiosity_forward_backward": ("curiosity", "forward_backward"),
-              "risk_budget_forward": ("risk_budget", "forward"),
-              "q_denoise_loss_and_grads": ("q_denoise", "loss_and_grads"), "column_sum": ("column_sum", "forward"),
-              "kan_forward": ("kan", "forward"), "kan_backward": ("kan", "backward"),
-              "mamba2_backward": ("mamba2", "backward"), "step": ("step", "step")}
+# the harness's graph names (foxcute.h's functions, and the step) -> (layer, pass) of the records
+LAYER_PASS = {**PASS_OF_FUNCTION, "step": ("step", "step")}
 
 
 def params(name: str, sizes: StepSizes, batch: int, precision: str, N: int | None = None) -> dict[str, Any]:

@@ -22,14 +22,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import curiosity, kan, mamba2, q_denoise, reduction, risk_budget, step
+from .benchmarks import PASS_OF_FUNCTION
 
 
-# the layer pass (as lab.benchmarks' cases name it) that each operator runs
-OPERATOR_OF_PASS = {("mamba2", "forward"): "mamba2_forward", ("mamba2", "backward"): "mamba2_backward",
-                    ("q_denoise", "loss_and_grads"): "q_denoise_loss_and_grads", ("column_sum", "forward"): "column_sum",
-                    ("kan", "forward"): "kan_forward", ("kan", "backward"): "kan_backward",
-                    ("curiosity", "forward_backward"): "curiosity_forward_backward",
-                    ("risk_budget", "forward"): "risk_budget_forward"}
 HOST_TIMING = "host time per call (time.perf_counter, median, no synchronization between calls)"
 
 
@@ -63,7 +58,7 @@ def passes(sizes: step.StepSizes, precision: str = "tf32", impl: str = "fused") 
     dout = x["mamba2_backward"]["dout"]
     s = torch.randn(sizes.B, sizes.F, device="cuda")
     e = torch.rand(sizes.B, device="cuda")
-    b2 = torch.full((), rb["b2"], device="cuda")
+    b2 = ops.risk_b2(rb["b2"], s)
     cur = (s, c["a"], c["s_next"], c["W1"], c["b1"], c["W2"], c["b2"])
     risk = (s, rb["isv"], e, rb["W1"], rb["b1"], rb["w2"])
     quad = (qd["q"], qd["q_target"], qd["W1"], qd["b1"], qd["W2"], qd["b2"])
@@ -102,8 +97,7 @@ def host_records(sizes: step.StepSizes = step.StepSizes(), **kwargs: Any) -> lis
     """`host_costs` as records of the profiling notebook's schema: one per operator, layer and
     pass as the benchmarks name them, impl "torch_ops_host" with the operator's host time as
     time_us and the public function's beside it as "function_us"."""
-    pass_of = {name: key for key, name in OPERATOR_OF_PASS.items()}
-    return [{"layer": pass_of[name][0], "pass": pass_of[name][1], "impl": "torch_ops_host",
+    return [{"layer": PASS_OF_FUNCTION[name][0], "pass": PASS_OF_FUNCTION[name][1], "impl": "torch_ops_host",
              "params": {**dataclasses.asdict(sizes), "precision": kwargs.get("precision", "tf32")},
              "time_us": cost["operator_us"], "function_us": cost["function_us"], "timing": HOST_TIMING}
             for name, cost in host_costs(sizes, **kwargs).items()]

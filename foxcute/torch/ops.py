@@ -47,7 +47,6 @@ the math of docs/layers.md section 6 (foxcute has no backward kernel for it).
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -55,7 +54,7 @@ import torch
 from torch import Tensor
 
 from .. import curiosity, kan, mamba2, q_denoise, reduction, risk_budget
-from .._arrays import FoxcuteInputError
+from .._arrays import FoxcuteInputError, env_flag
 
 CHECK_ACTIONS_ENV = "FOXCUTE_CHECK_ACTIONS"
 
@@ -239,7 +238,7 @@ def curiosity_forward_backward(s: Tensor, a: Tensor, s_next: Tensor, W1: Tensor,
                                b2: Tensor, precision: str) -> Tensors7:
     """(loss 0-dim, r [B], dW1, db1, dW2, db2, ds) (foxcute.curiosity.forward_backward). On
     CUDA the action range is checked only with FOXCUTE_CHECK_ACTIONS=1 (a host read)."""
-    check_actions = s.device.type != "cuda" or os.environ.get(CHECK_ACTIONS_ENV, "0") not in ("", "0")
+    check_actions = s.device.type != "cuda" or env_flag(CHECK_ACTIONS_ENV)
     loss, r, grads = _call(curiosity.forward_backward, (s, a, s_next, W1, b1, W2, b2), precision=precision,
                            check_actions=check_actions)
     return _outputs([loss, r, *grads], scalars=(0,))
@@ -279,6 +278,12 @@ def risk_budget_forward(h: Tensor, isv: Tensor, e: Tensor, W1: Tensor, b1: Tenso
     if h.device.type != "cuda":
         return _outputs([_call(risk_budget.forward, (h, isv, e, W1, b1, w2), b2=float(b2), precision=precision)])[0]
     return shift_logit(_call(risk_budget.forward, (h, isv, e, W1, b1, w2), b2=0.0, precision=precision), b2)
+
+
+def risk_b2(value: float, h: Tensor) -> Tensor:
+    """The risk head's b2 as risk_budget_forward takes it, from a Python float: a 0-dim
+    float32 tensor on h's device."""
+    return torch.full((), float(value), dtype=torch.float32, device=h.device)
 
 
 def shift_logit(s: Tensor, b: Tensor) -> Tensor:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from .. import curiosity, kan, mamba2, q_denoise, step
 from . import ops
 
@@ -44,8 +42,8 @@ class OperatorLayers:
 
     def risk_budget(self, h, e, rb):
         # the operator takes b2 as a tensor (a trainable parameter on the device)
-        b2 = torch.full((), float(rb["b2"]), dtype=torch.float32, device=h.device)
-        return ops.risk_budget_forward(h, rb["isv"], e, rb["W1"], rb["b1"], rb["w2"], b2, self.precision)
+        return ops.risk_budget_forward(h, rb["isv"], e, rb["W1"], rb["b1"], rb["w2"], ops.risk_b2(rb["b2"], h),
+                                       self.precision)
 
     def q_denoise(self, qd):
         loss, *grads = ops.q_denoise_loss_and_grads(qd["q"], qd["q_target"], qd["W1"], qd["b1"], qd["W2"],
