@@ -66,12 +66,27 @@ def error_table():
     return pd.DataFrame(rows, columns=["case", "output", "precision", "rel_err", "elem_err", "tolerance"])
 
 
+def curve_table():
+    rows = [(setup, step, curve, value + (0.01 * step if setup == "foxcute" else 0.0))
+            for setup in ("torch_fp32", "foxcute") for step in range(5)
+            for curve, value in (("loss", 1.0 - 0.1 * step), ("td_error", 0.5))]
+    return pd.DataFrame(rows, columns=["setup", "step", "curve", "value"])
+
+
+def step_time_table():
+    rows = [("torch_eager", 9000.0, "plain calls"), ("torch_compile", 3000.0, "CUDA graph replay"),
+            ("foxcute", 7000.0, "plain calls"), ("foxcute_graph", 1500.0, "CUDA graph replay")]
+    return pd.DataFrame(rows, columns=["impl", "time_us", "timing"])
+
+
 CALLS = {
     "roofline": (lambda t, **kw: figures.roofline(t, 2.0, 400.0, 50.0, **kw), roofline_records),
     "before_after": (figures.before_after, before_after_records),
     "lane_timeline": (figures.lane_timeline, timeline_events),
     "batch_sweep": (figures.batch_sweep, sweep_table),
     "error_vs_tolerance": (figures.error_vs_tolerance, error_table),
+    "training_curves": (figures.training_curves, curve_table),
+    "step_times": (figures.step_times, step_time_table),
 }
 
 

@@ -15,8 +15,8 @@ NOTEBOOKS = runner.notebooks()
 RECORD_KEYS = {"layer", "impl", "pass", "params", "time_us", "floor_us", "rel_err"}
 
 
-def test_the_four_notebooks_exist():
-    assert [p.stem for p in NOTEBOOKS] == ["00_tour", "01_derivation", "02_correctness", "03_profiling"]
+def test_the_five_notebooks_exist():
+    assert [p.stem for p in NOTEBOOKS] == ["00_tour", "01_derivation", "02_correctness", "03_profiling", "04_training"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

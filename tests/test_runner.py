@@ -381,3 +381,31 @@ def test_cpu_summary_links_the_newest_gpu_run_and_shows_the_compile_report(tmp_p
     assert f"[{gpu_run.name}](../{gpu_run.name}/summary.md)" in text
     assert "| column_sum | column_sum_N3 | 32 | 0 |  |" in text
     assert "| 6.5..7.5 |" in text and "0.0002 (y)" in text
+
+
+def test_training_records_get_lines_of_their_own_in_the_headline_and_the_summary(tmp_path):
+    # 04_training's records (layer "train"): step times and held-out returns are not layer
+    # passes; a value is shown as a value, a row not run as skipped
+    params = {"B": 8192, "K": 8, "SH2": 256, "D": 16, "Q": 64, "precision": "tf32"}
+    records = [{"layer": "train", "pass": "step", "impl": "foxcute_graph", "params": params, "time_us": 900.0,
+                "floor_us": None, "rel_err": None, "timing": "CUDA graph replay"},
+               {"layer": "train", "pass": "step", "impl": "torch_eager", "params": params, "time_us": 9000.0,
+                "floor_us": None, "rel_err": None, "timing": "plain calls"},
+               {"layer": "train", "pass": "eval_return", "impl": "foxcute", "params": {}, "time_us": None,
+                "floor_us": None, "rel_err": None, "value": -1.25},
+               {"layer": "train", "pass": "eval_return", "impl": "torch_tf32", "params": {}, "time_us": None,
+                "floor_us": None, "rel_err": None, "value": None, "skipped": "no CUDA GPU"}]
+    prov = {"utc": "u", "gpu": "NVIDIA H200", "git_commit": "abc123"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"notebooks": [], "provenance": prov}))
+    (tmp_path / "results.json").write_text(json.dumps({"provenance": prov, "records": records}))
+    text = runner.headline_markdown(tmp_path)
+    assert "| train" not in text
+    assert ("One whole training step of the DQN agent (04_training: forward, backward, Adam; B=8192, K=8, SH2=256, "
+            "D=16, Q=64, precision=tf32): foxcute_graph 900 us (CUDA graph replay), torch_eager 9e+03 us "
+            "(plain calls).") in text
+    assert "percent): foxcute -1.25." in text
+    summary = runner.summary_markdown(tmp_path, {"notebooks": []}, {"provenance": prov, "records": records,
+                                                                    "checks": []})
+    assert "| train | eval_return | foxcute |  | -1.25 |" in summary
+    assert "| train | eval_return | torch_tf32 |  | skipped: no CUDA GPU |" in summary
+    assert "| train | eval_return | torch_tf32 |  | - | - | - | - | skipped | - |" in summary

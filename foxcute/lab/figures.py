@@ -27,6 +27,11 @@ How to read each figure:
   the contract's measure) and the element-wise ``elem_err`` (cross), logarithmic, against each
   precision's tolerance (a horizontal line in the precision's colour). An exact zero is drawn
   at the bottom edge and labelled 0, a non-finite error at the top edge and labelled inf.
+- ``training_curves``: one panel per training curve (losses, TD error, mean Q, reward), one
+  line per setup against the learner step (the first setup solid, the others dashed): lines
+  that lie on top of each other are runs that trained alike.
+- ``step_times``: one bar per implementation of a whole training step (forward, backward,
+  Adam), log scale, labelled in us and with how it was timed (graph replays or plain calls).
 
 Every function takes an empty table (a figure with a "no data" note and a sentence saying so),
 NaN entries (the row is left out of what needs them) and a single row. Rows with non-positive
@@ -513,3 +518,82 @@ def _share(x: float) -> str:
     if not np.isfinite(x):
         return "infinitely above"
     return f"{x:.2g}x"
+
+
+def training_curves(curves: pd.DataFrame, path=None) -> tuple[Figure, str]:
+    """One panel per curve, one line per training setup, against the learner step, from
+    `curves` (columns setup, step, curve, value: 04_training's training_curves.csv in long
+    form). The sentence: the largest gap between two setups' values at the same step, over
+    the curve's largest magnitude, and where it is."""
+    title = "Training curves by setup"
+    needed = ["setup", "step", "curve", "value"]
+    frame = _numeric(curves, ["step", "value"]) if _require(curves, needed, "training_curves") else pd.DataFrame()
+    if not frame.empty:
+        frame = frame[np.isfinite(frame["step"]) & np.isfinite(frame["value"])]
+    if frame.empty:
+        return _no_data(title, "training curves", path)
+    names = list(dict.fromkeys(frame["curve"]))
+    columns = min(4, len(names))
+    rows = -(-len(names) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    worst = None  # (gap, curve, setup a, setup b)
+    for ax, name in zip(axes.flat, names):
+        mine = frame[frame["curve"] == name]
+        wide = mine.pivot_table(index="step", columns="setup", values="value", sort=False)
+        for k, setup in enumerate(wide.columns):
+            ax.plot(wide.index, wide[setup], label=setup, lw=1.6 if k == 0 else 1.0,
+                    ls="-" if k == 0 else "--")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("learner step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        scale = np.nanmax(np.abs(wide.to_numpy(dtype=float)))
+        for i, a in enumerate(wide.columns):
+            for b in wide.columns[i + 1:]:
+                gap = np.nanmax(np.abs(wide[a] - wide[b]).to_numpy(dtype=float), initial=0.0) / (scale or 1.0)
+                if worst is None or gap > worst[0]:
+                    worst = (gap, name, a, b)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_axis_off()
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, path)
+    setups = frame["setup"].nunique()
+    steps = frame["step"].nunique()
+    if worst is None:
+        return fig, f"One setup ({frame['setup'].iloc[0]}) over {steps} steps: no second run to compare it with."
+    gap, name, a, b = worst
+    return fig, (f"{setups} setups over {steps} steps: the largest gap between two of them at one step is "
+                 f"{gap:.2g} of the curve's largest magnitude ({name}, {a} against {b}).")
+
+
+def step_times(records: pd.DataFrame, path=None) -> tuple[Figure, str]:
+    """Bars (log scale, labelled in us) of one whole training step's time per implementation,
+    from `records` (columns impl, time_us, timing). The sentence: the fastest and how many times
+    slower each other implementation is."""
+    title = "One training step (forward, backward, Adam), log scale"
+    frame = _numeric(records, ["time_us"]) if _require(records, ["impl", "time_us", "timing"], "step_times") \
+        else pd.DataFrame()
+    if not frame.empty:
+        frame = _positive(frame, ["time_us"])
+    if frame.empty:
+        return _no_data(title, "timed training steps", path)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(frame) + 2), 4.5))
+    colours = [GROUP_COLOURS["best cute"] if str(i).startswith("foxcute") else GROUP_COLOURS["torch eager"]
+               for i in frame["impl"]]
+    bars = ax.bar(range(len(frame)), frame["time_us"], color=colours,
+                  hatch=None, edgecolor="white")
+    ax.bar_label(bars, labels=[_us(v) for v in frame["time_us"]], fontsize=8, padding=2)
+    ax.set_xticks(range(len(frame)), [f"{i}\n({t})" for i, t in zip(frame["impl"], frame["timing"])], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylim(top=frame["time_us"].max() * 10)
+    ax.set_ylabel("time per step (us, log scale)")
+    ax.set_title(title)
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    _save(fig, path)
+    fastest = frame.loc[frame["time_us"].idxmin()]
+    others = [f"{r.impl} {_ratio(r.time_us / fastest.time_us)}" for r in frame.itertuples() if r.impl != fastest.impl]
+    if not others:
+        return fig, f"Only {fastest.impl} timed: {_us(fastest.time_us)} us a step."
+    return fig, (f"Fastest: {fastest.impl} at {_us(fastest.time_us)} us a step; the others take "
+                 + ", ".join(others) + " its time.")

@@ -43,6 +43,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "seed": 0,
         "cpu_batch": 64,
         "compile_report": True,
+        # 04_training: the plain-PyTorch agent at a tiny size for a few steps
+        "sizes": "tiny",
+        "steps": 30,
+        "n_envs": 8,
+        "eval_paths": 8,
+        "eval_length": 48,
     },
     "h200": {
         "device": "gpu",
@@ -53,6 +59,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "reps": 100,
         "repeats": 3,
         "compile_report": True,
+        "sizes": "trainer",
+        "steps": 1000,
+        "n_envs": 256,
+        "eval_paths": 64,
+        "eval_length": 256,
     },
 }
 
@@ -280,11 +291,20 @@ def summary_markdown(run_dir: Path, manifest: dict[str, Any], results: dict[str,
         for r in results["records"]:
             ratio = r["time_us"] / r["floor_us"] if r.get("time_us") and r.get("floor_us") else None
             params = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items())
-            err = f"error: {r['error'].split(':')[0]}" if r.get("error") else _fmt(r.get("rel_err"))
+            err = (f"error: {r['error'].split(':')[0]}" if r.get("error") else
+                   "skipped" if r.get("skipped") else _fmt(r.get("rel_err")))
             spread = f"{_fmt(r['time_us_p10'])}..{_fmt(r['time_us_p90'])}" if r.get("time_us_p10") is not None else "-"
             elem = _fmt(r.get("elem_err")) + (f" ({r['elem_err_output']})" if r.get("elem_err_output") else "")
             lines.append(f"| {r['layer']} | {r['pass']} | {r['impl']} | {params} | {_fmt(r.get('time_us'))} "
                          f"| {spread} | {_fmt(r.get('floor_us'))} | {_fmt(ratio)} | {err} | {elem} |")
+    valued = [r for r in results["records"] if "value" in r]
+    if valued:
+        lines += ["", "## Values (records that measure something other than a time)", "",
+                  "| layer | pass | impl | params | value |", "|---|---|---|---|---|",
+                  *(f"| {r['layer']} | {r['pass']} | {r['impl']} | "
+                    + ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items())
+                    + f" | {_fmt(r['value']) if not r.get('skipped') else 'skipped: ' + r['skipped']} |"
+                    for r in valued)]
     targets = results.get("targets", [])
     if targets:
         lines += ["", "## Performance targets (measured, not asserted)", "",
@@ -344,6 +364,7 @@ README_END = "<!-- foxcute-results:end -->"
 HEADLINE_IMPLS = ("naive", "cute", "cute_one_stream", "cute_fused", "cute_seed", "cutlass_cpp", "torch_eager",
                   "torch_compile", "torch_max_autotune")
 GRAPH_REPLAY = "CUDA graph replay"  # a record's "timing" (foxcute.lab.breakdown.GRAPH_REPLAY)
+TRAIN_LAYER = "train"  # 04_training's records (foxcute.lab.training.LAYER): lines of their own, not a layer pass
 
 
 def _graph_replayed_torch(times: dict[str, float | None], timings: dict[str, str | None]) -> tuple[str, float] | None:
@@ -363,6 +384,8 @@ def headline_markdown(run_dir: Path) -> str:
     prov = results["provenance"]
     cases: dict[str, dict[str, Any]] = {}
     for r in results["records"]:
+        if r["layer"] == TRAIN_LAYER:
+            continue
         variant = (r.get("params") or {}).get("variant")
         name = f"{r['layer']} {r['pass']}" + (f" ({variant})" if variant else "")
         case = cases.setdefault(name, {"floor": r.get("floor_us"), "times": {}, "timings": {}})
@@ -403,6 +426,18 @@ def headline_markdown(run_dir: Path) -> str:
                          f"{_fmt(versus_torch)}x.")
     if step_line:
         lines += ["", step_line]
+    train_steps = [r for r in results["records"]
+                   if r["layer"] == TRAIN_LAYER and r["pass"] == "step" and r.get("time_us")]
+    if train_steps:
+        lines += ["", "One whole training step of the DQN agent (04_training: forward, backward, Adam; "
+                      + ", ".join(f"{k}={v}" for k, v in train_steps[0]["params"].items() if k != "mode") + "): "
+                      + ", ".join(f"{r['impl']} {_fmt(r['time_us'])} us ({r.get('timing', '-')})"
+                                  for r in train_steps) + "."]
+    returns = [r for r in results["records"] if r["layer"] == TRAIN_LAYER and r["pass"] == "eval_return"
+               and r.get("value") is not None]
+    if returns:
+        lines += ["", "Held-out return of each training setup's final policy (mean total reward per path, "
+                      "percent): " + ", ".join(f"{r['impl']} {_fmt(r['value'])}" for r in returns) + "."]
     lines += ["", "\"best torch (graph)\" takes only torch records replayed from a CUDA graph, as the CuTe "
                   "kernels are. torch.compile(mode=\"reduce-overhead\") (torch_compile_cudagraphs) is not in "
                   "this table: it replays torch's own CUDA graphs behind every Python call, so timed as plain "
