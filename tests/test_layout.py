@@ -13,7 +13,7 @@ def room(module: str) -> str:
     if module in ("foxcute.cli", "foxcute.__main__"):
         return "lab"  # the command line is the harness's front door
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("kernels", "lab", "peers", "torch", "export"):
+    if len(parts) > 1 and parts[1] in ("kernels", "lab", "peers", "torch", "export", "train"):
         return parts[1]
     return "layers"
 
@@ -48,8 +48,9 @@ def foxcute_imports(path: Path) -> list[tuple[str, bool]]:
 
 # room -> rooms it may import at module level; lazily (inside a function) too
 ALLOWED = {"layers": {"layers"}, "kernels": {"kernels"},
-           "lab": {"layers", "kernels", "lab", "peers", "torch", "export"},
-           "peers": {"peers"}, "torch": {"layers", "torch"}, "export": {"layers", "kernels", "export"}}
+           "lab": {"layers", "kernels", "lab", "peers", "torch", "export", "train"},
+           "peers": {"peers"}, "torch": {"layers", "torch"}, "export": {"layers", "kernels", "export"},
+           "train": {"layers", "peers", "torch", "train"}}
 SHARED = {"foxcute._arrays", "foxcute._layer", "foxcute.checks"}  # what the rooms share
 LAZY = {"layers": {"kernels"}, "torch": {"kernels"}}  # a layer's kernel_modules(); an operator's kernels
 
