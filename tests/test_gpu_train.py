@@ -2,7 +2,8 @@
 float64 (the plain-PyTorch agent in double precision, same weights, same batch) beside
 PyTorch's own float32 and TF32 steps; a learner step captured in a CUDA graph whose replays
 update the weights as eager steps do; a short training run bit-identical on a rerun; the
-step timings of foxcute.lab.training."""
+step timings of foxcute.lab.training; a DDP step of two processes sharing the GPU over gloo
+against one process's step on the whole batch."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from foxcute.lab import training  # noqa: E402
+from test_train_ddp import ddp_against_one_process  # noqa: E402
 from foxcute.train import dqn, experiment  # noqa: E402
 
 DEVICE = "cuda"
@@ -125,3 +127,8 @@ def test_step_timings_record_every_implementation():
     assert next(r for r in records if r["impl"] == "torch_compile")["params"]["mode"] == "default"
     with pytest.raises(ValueError, match="unknown impls"):
         training.step_records(sizes, config, markets_for(sizes, config), ["jax"])
+
+
+def test_ddp_on_one_gpu_gives_one_processs_gradients(tmp_path):
+    # two ranks on GPU 0 over gloo (tests/test_train_ddp.py's check, foxcute's kernels in TF32)
+    ddp_against_one_process(tmp_path, "small", experiment.SETUPS["foxcute"], "cuda:0", TOLERANCE["tf32"])

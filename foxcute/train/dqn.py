@@ -167,10 +167,10 @@ class Learner:
         device = next(agent.parameters()).device
         self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, capturable=device.type == "cuda")
         self.updates = 0
-        self._losses: Callable[..., Tensor] = losses
+        self.loss_fn: Callable[..., Tensor] = losses  # compile() and distributed.distribute() replace it
 
     def compile(self, mode: str) -> None:
-        self._losses = torch.compile(losses, mode=mode, dynamic=False)
+        self.loss_fn = torch.compile(losses, mode=mode, dynamic=False)
 
     def step(self, batch: dict[str, Tensor]) -> Tensor:
         B, parts = batch["action"].shape[0], self.cfg.micro_batches
@@ -180,7 +180,7 @@ class Learner:
         metrics = []
         for index in range(parts):
             part = {name: t[index * B // parts:(index + 1) * B // parts] for name, t in batch.items()}
-            m = self._losses(self.online, self.target, part, self.isv, self.cfg) / parts
+            m = self.loss_fn(self.online, self.target, part, self.isv, self.cfg) / parts
             m[0].backward()
             metrics.append(m.detach())
         self.optimizer.step()

@@ -141,6 +141,12 @@ class Market:
     def last_step(self) -> int:
         return self.returns.shape[1] - 2
 
+    def take(self, rows: slice) -> "Market":
+        """The paths `rows` selects (their returns and features as computed here)."""
+        part = object.__new__(Market)
+        part.K, part.returns, part.features = self.K, self.returns[rows], self.features[rows]
+        return part
+
     def observation(self, t: int) -> np.ndarray:
         """[n_paths, K, N_FEATURES]: the features of steps t - K + 1 .. t."""
         if not self.first_step <= t <= self.last_step + 1:
