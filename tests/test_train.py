@@ -269,3 +269,13 @@ def test_a_market_too_small_for_the_run_is_refused(markets):
         experiment.build(TINY, dataclasses.replace(CONFIG, n_envs=9), experiment.SETUPS["torch_fp32"], "cpu", markets)
     with pytest.raises(ValueError, match="sizes must be one of"):
         experiment.sizes_named("huge")
+
+
+def test_docs_state_the_trainer_agents_parameter_count():
+    # docs/training.md computes the all-reduce bytes from this count
+    from pathlib import Path
+
+    agent = agent_module.Agent(experiment.SIZES["trainer"], backend="torch")
+    count = sum(p.numel() for p in agent.parameters())
+    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    assert f"agent has {count:,} parameters" in text and f"{4 * count:,} bytes" in text
