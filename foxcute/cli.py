@@ -113,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "index":
         print(runner.write_index(args.out))
         if runner.update_readme(args.readme, args.out):
-            print(f"{args.readme}: results block from {runner.newest_gpu_run(args.out).name}")
+            runs = dict.fromkeys(r.name for r in runner.readme_runs(args.out) if r is not None)
+            print(f"{args.readme}: results block from {', '.join(runs)}")
         return 0
     try:
         code, _ = runner.run(preset=args.preset, notebook_names=args.notebooks, param_pairs=args.params,

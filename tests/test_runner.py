@@ -409,3 +409,37 @@ def test_training_records_get_lines_of_their_own_in_the_headline_and_the_summary
     assert "| train | eval_return | foxcute |  | -1.25 |" in summary
     assert "| train | eval_return | torch_tf32 |  | skipped: no CUDA GPU |" in summary
     assert "| train | eval_return | torch_tf32 |  | - | - | - | - | skipped | - |" in summary
+
+
+def test_the_readme_takes_its_training_lines_from_the_newest_run_of_04_when_that_is_another_run(tmp_path):
+    # a whole run does not fit one session of the GPU machine: 00-03 and 04 may be two runs
+    out = tmp_path / "runs"
+
+    def run_folder(name, notebooks, records, complete=True):
+        folder = out / name
+        folder.mkdir(parents=True)
+        prov = {"utc": name, "gpu": "NVIDIA H200", "git_commit": name * 3, "copy_bandwidth_TBps": 4.25}
+        (folder / "manifest.json").write_text(json.dumps(
+            {"complete": complete, "notebooks": [{"name": n, "status": "ok"} for n in notebooks], "provenance": prov}))
+        (folder / "results.json").write_text(json.dumps({"provenance": prov, "records": records}))
+        return folder
+
+    cute = {"layer": "column_sum", "pass": "forward", "impl": "cute", "params": {}, "time_us": 4.0, "floor_us": 2.0}
+    train = lambda impl, t: {"layer": "train", "pass": "step", "impl": impl,  # noqa: E731
+                             "params": {"B": 8192}, "time_us": t, "timing": "CUDA graph replay"}
+    run_folder("2026a", ["03_profiling", "04_training"], [cute, train("foxcute_graph", 900.0)])
+    training = run_folder("2026b", ["04_training"], [train("foxcute_graph", 800.0)])
+    profiling = run_folder("2026c", ["00_tour", "03_profiling"], [cute])
+    run_folder("2026d", ["03_profiling"], [cute], complete=False)  # cut off: never the README's
+    assert runner.readme_runs(out) == (profiling, training)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{runner.README_BEGIN}\n{runner.README_END}\n")
+    assert runner.update_readme(readme, out)
+    text = readme.read_text()
+    assert "From run [2026c]" in text and "The training lines below come from run [2026b]" in text
+    assert "foxcute_graph 800 us" in text and "900" not in text
+    # where the newest run of 03 ran 04 too, its own training lines, and no second run named
+    run_folder("2026e", ["03_profiling", "04_training"], [cute, train("foxcute_graph", 700.0)])
+    assert runner.update_readme(readme, out)
+    text = readme.read_text()
+    assert "foxcute_graph 700 us" in text and "come from run" not in text

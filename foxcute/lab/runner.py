@@ -374,12 +374,14 @@ def _graph_replayed_torch(times: dict[str, float | None], timings: dict[str, str
     return (min(found)[1], min(found)[0]) if found else None
 
 
-def headline_markdown(run_dir: Path) -> str:
+def headline_markdown(run_dir: Path, training_run: Path | None = None) -> str:
     """The README's results block from one run folder: per layer pass the time (us) of each
     implementation of HEADLINE_IMPLS, the memory floor, best CuTe time / floor, naive / best
     CuTe, and best torch / best CuTe, where best torch is the fastest torch record timed the
     way the CuTe kernels are (its "timing" GRAPH_REPLAY); then the step's headline ratio on
-    that same footing, and the targets."""
+    that same footing, the training run's lines (04_training's records: from `training_run`
+    where given and another run, which the lines then name, else from `run_dir`), and the
+    targets."""
     results = json.loads((run_dir / "results.json").read_text())
     prov = results["provenance"]
     cases: dict[str, dict[str, Any]] = {}
@@ -426,14 +428,21 @@ def headline_markdown(run_dir: Path) -> str:
                          f"{_fmt(versus_torch)}x.")
     if step_line:
         lines += ["", step_line]
-    train_steps = [r for r in results["records"]
+    train_records = results["records"]
+    if training_run is not None and training_run != run_dir:
+        train_records = json.loads((training_run / "results.json").read_text())["records"]
+        train_prov = json.loads((training_run / "manifest.json").read_text())["provenance"]
+        lines += ["", f"The training lines below come from run [{training_run.name}]"
+                      f"(papermill_runs/{training_run.name}/summary.md): {train_prov.get('gpu')}, commit "
+                      f"`{(train_prov.get('git_commit') or '-')[:12]}`."]
+    train_steps = [r for r in train_records
                    if r["layer"] == TRAIN_LAYER and r["pass"] == "step" and r.get("time_us")]
     if train_steps:
         lines += ["", "One whole training step of the DQN agent (04_training: forward, backward, Adam; "
                       + ", ".join(f"{k}={v}" for k, v in train_steps[0]["params"].items() if k != "mode") + "): "
                       + ", ".join(f"{r['impl']} {_fmt(r['time_us'])} us ({r.get('timing', '-')})"
                                   for r in train_steps) + "."]
-    returns = [r for r in results["records"] if r["layer"] == TRAIN_LAYER and r["pass"] == "eval_return"
+    returns = [r for r in train_records if r["layer"] == TRAIN_LAYER and r["pass"] == "eval_return"
                and r.get("value") is not None]
     if returns:
         lines += ["", "Held-out return of each training setup's final policy (mean total reward per path, "
@@ -451,22 +460,34 @@ def headline_markdown(run_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def newest_gpu_run(out_dir: Path) -> Path | None:
+def newest_gpu_run(out_dir: Path, notebook: str | None = None) -> Path | None:
+    """The newest complete GPU run folder under `out_dir` (by name: its UTC start); with
+    `notebook`, the newest of those that ran it."""
     runs = [m.parent for m in sorted(out_dir.glob("*/manifest.json"))
-            if (manifest := json.loads(m.read_text()))["provenance"].get("gpu") and manifest.get("complete", True)]
+            if (manifest := json.loads(m.read_text()))["provenance"].get("gpu") and manifest.get("complete", True)
+            and (notebook is None or any(nb["name"] == notebook for nb in manifest["notebooks"]))]
     return runs[-1] if runs else None
 
 
+def readme_runs(out_dir: Path) -> tuple[Path | None, Path | None]:
+    """(the run of README's kernel and step tables, the run of its training lines): the newest
+    complete GPU runs that ran 03_profiling and 04_training (the newest GPU run of any kind
+    where none ran 03_profiling). A whole run is longer than one session of the GPU machine
+    allows, so the two may be separate runs."""
+    return (newest_gpu_run(out_dir, "03_profiling") or newest_gpu_run(out_dir),
+            newest_gpu_run(out_dir, "04_training"))
+
+
 def update_readme(readme: Path, out_dir: Path) -> bool:
-    """Replace the README's results block with the headline of the newest GPU run folder.
+    """Replace the README's results block with the headline of readme_runs' folders.
     Returns False (README untouched) when there is no GPU run or no block."""
-    run_dir = newest_gpu_run(out_dir)
+    run_dir, training_run = readme_runs(out_dir)
     text = readme.read_text()
     if run_dir is None or README_BEGIN not in text or README_END not in text:
         return False
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_BEGIN}\n{headline_markdown(run_dir)}{README_END}{tail}")
+    readme.write_text(f"{head}{README_BEGIN}\n{headline_markdown(run_dir, training_run)}{README_END}{tail}")
     return True
 
 
