@@ -187,6 +187,21 @@ def test_gradient_accumulation_gives_the_whole_batchs_gradient(markets):
                          markets).learner.step(batch)
 
 
+def test_every_micro_batchs_actions_start_on_16_bytes(markets):
+    # the curiosity kernel takes int64 actions 16-byte aligned: a slice at an odd offset is not
+    trainer, batch = first_batch(markets, config=dataclasses.replace(CONFIG, micro_batches=2))
+    batch = {name: t[:6] for name, t in batch.items()}  # halves of 3: the second starts 24 bytes in
+    seen, losses = [], trainer.learner.loss_fn
+
+    def recording(online, target, part, *rest):
+        seen.append(part["action"].data_ptr() % 16)
+        return losses(online, target, part, *rest)
+
+    trainer.learner.loss_fn = recording
+    trainer.learner.step(batch)
+    assert seen == [0, 0]
+
+
 def test_the_target_network_follows_the_online_one_every_target_every_steps(markets):
     trainer, batch = first_batch(markets)
     learner = trainer.learner

@@ -180,6 +180,8 @@ class Learner:
         metrics = []
         for index in range(parts):
             part = {name: t[index * B // parts:(index + 1) * B // parts] for name, t in batch.items()}
+            if parts > 1:  # a slice may start off the 16 bytes foxcute's kernels take (the curiosity kernel's actions)
+                part["action"] = part["action"].clone()
             m = self.loss_fn(self.online, self.target, part, self.isv, self.cfg) / parts
             m[0].backward()
             metrics.append(m.detach())
