@@ -12,7 +12,9 @@ import zlib
 import numpy as np
 import pytest
 
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+# The DSL reads its environment when cutlass is imported: set it (arch, and a dump folder for
+# kept PTX that is not the current directory) before any test's importorskip("cutlass").
+import foxcute.kernels  # noqa: E402, F401
 
 
 @functools.lru_cache(maxsize=1)
