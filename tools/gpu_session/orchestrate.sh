@@ -11,7 +11,7 @@ SHA=$1
 F=/tmp/fx
 mkdir -p $F /tmp/runs
 phase() { echo "$1 $(date +%s)" >> $F/phase; }
-rm -rf /tmp/fxrepo && cp -a "$(cd "$(dirname "$0")/../.." && pwd)" /tmp/fxrepo && rm -rf /tmp/fxrepo/.device/p1 /tmp/fxrepo/.device/p2 /tmp/fxrepo/.device/p3
+rm -rf /tmp/fxrepo && cp -a "$(cd "$(dirname "$0")/../.." && pwd)" /tmp/fxrepo && rm -rf /tmp/fxrepo/.device
 cd /tmp/fxrepo
 source /tmp/site/env.sh
 export PYTHONPATH=/tmp/fxrepo:${PYTHONPATH:-} TORCHINDUCTOR_CACHE_DIR=/tmp/inductor TRITON_CACHE_DIR=/tmp/triton \

@@ -2,7 +2,7 @@
 compiles, so that 03 itself runs on warm caches. Nothing is timed or kept. Run on the GPU
 machine by orchestrate.sh, beside 00-02.
   warm.py layers IMPL [K/N]   every layer case (every N-th from K) through one of
-                              benchmarks.impls() (torch_compile; an impl not there does nothing)
+                              benchmarks.impls() (torch_compile; another name is an error)
   warm.py step IMPL           the step through one impl
   warm.py sweep               the batch sweep's torch_compile_dynamic points"""
 import sys
@@ -20,6 +20,9 @@ start = time.perf_counter()
 rng = np.random.default_rng(0)
 if what == "layers":
     name = sys.argv[2]
+    known = [impl.name for impl in benchmarks.impls()]
+    if name not in known:
+        sys.exit(f"warm.py layers: {name!r} is not a layer impl here; known: {', '.join(known)}")
     k, n = (int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "0/1").split("/"))
     cases = (benchmarks.CASES + benchmarks.GEMM_CASES)[k::n]
     for case in cases:
@@ -41,6 +44,7 @@ elif what == "sweep":
     cases = [c for c in benchmarks.CASES
              if c.name in ("mamba2.backward", "q_denoise.loss_and_grads", "curiosity.forward_backward")]
     impls = [i for i in benchmarks.sweep_impls() if i.name == "torch_compile_dynamic"]
-    benchmarks.batch_sweep(cases, (1, 64, 512, 4096, 8192, 32768, 65536), impls, 4.0,
+    # the bandwidth only sets the rows' floor column, which nothing keeps here
+    benchmarks.batch_sweep(cases, benchmarks.SWEEP_BATCHES, impls, 4.0,
                            warmup=1, reps=1, calls_per_rep=1)
 print(f"warm {sys.argv[1:]}: {time.perf_counter() - start:.0f} s", flush=True)
