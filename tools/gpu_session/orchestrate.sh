@@ -6,7 +6,7 @@
 # It works on a copy of the tree in /tmp/fxrepo (the device tool re-sends the tree on each
 # call); state and logs in /tmp/fx; the run folder in /tmp/runs. 00-02 (no timings) run beside
 # cache warmers and the GPU tests that time nothing; the run is stopped when 03 starts and
-# resumed, alone on the GPU, once the warmers are done (03, then 04).
+# resumed, alone on the GPU, once the warmers are done (03, then 04; phase 03_done between).
 SHA=$1
 F=/tmp/fx
 mkdir -p $F /tmp/runs
@@ -31,6 +31,7 @@ w() { local log=$1; shift; (timeout 400 "$@" > $F/warm_$log.log 2>&1; echo "rc=$
 for k in 0 1; do w tc$k python3 tools/gpu_session/warm.py layers torch_compile $k/2; done
 for i in torch_compile torch_max_autotune torch_ops_compile; do w step_$i python3 tools/gpu_session/warm.py step $i; done
 w sweep python3 tools/gpu_session/warm.py sweep
+w train python3 tools/gpu_session/warm.py train
 w test_c_export python3 -m pytest -q -p no:cacheprovider tests/test_gpu_c_export.py
 w test_train python3 -m pytest -q -p no:cacheprovider tests/test_gpu_train.py tests/test_train_ddp.py
 until [ "$(status 03_profiling)" = running ] || ! kill -0 $MAIN 2>/dev/null; do sleep 2; done
@@ -39,5 +40,9 @@ phase main_paused
 wait "${W[@]}"
 phase warm_done
 D=$(ls -d /tmp/runs/*/ | tail -1)
-python3 -m foxcute run --resume $D --timeout-cell 900 > $F/main2.log 2>&1
+python3 -m foxcute run --resume $D --timeout-cell 900 > $F/main2.log 2>&1 &
+MAIN=$!
+until [ "$(status 03_profiling)" = ok ] || ! kill -0 $MAIN 2>/dev/null; do sleep 2; done
+phase 03_done
+wait $MAIN
 phase main_done

@@ -4,7 +4,8 @@ machine by orchestrate.sh, beside 00-02.
   warm.py layers IMPL [K/N]   every layer case (every N-th from K) through one of
                               benchmarks.impls() (torch_compile; another name is an error)
   warm.py step IMPL           the step through one impl
-  warm.py sweep               the batch sweep's torch_compile_dynamic points"""
+  warm.py sweep               the batch sweep's torch_compile_dynamic points
+  warm.py train               04_training's torch_compile step at the trainer's sizes (both modes)"""
 import sys
 import time
 import traceback
@@ -47,4 +48,17 @@ elif what == "sweep":
     # the bandwidth only sets the rows' floor column, which nothing keeps here
     benchmarks.batch_sweep(cases, benchmarks.SWEEP_BATCHES, impls, 4.0,
                            warmup=1, reps=1, calls_per_rep=1)
+elif what == "train":
+    from foxcute.lab import training
+    from foxcute.lab.runner import PRESETS
+    from foxcute.train import dqn, experiment
+
+    preset = PRESETS["h200"]
+    sizes = experiment.sizes_named(preset["sizes"])
+    cfg = dqn.TrainConfig(steps=preset["steps"], n_envs=preset["n_envs"], seed=preset["seed"])
+    markets = experiment.markets_for(sizes, cfg, eval_paths=preset["eval_paths"], eval_length=preset["eval_length"])
+    rows = training.step_records(sizes, cfg, markets, ["torch_compile"], warmup=1, reps=1, calls_per_rep=1)
+    print({k: rows[0].get(k) for k in ("impl", "time_us", "error")})
+else:
+    sys.exit(f"warm.py: unknown target {what!r}")
 print(f"warm {sys.argv[1:]}: {time.perf_counter() - start:.0f} s", flush=True)
