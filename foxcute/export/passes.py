@@ -228,10 +228,11 @@ def _curiosity_weight_grads(F: int, H: int, precision: str, static: dict) -> tup
 
 
 def curiosity(sizes: StepSizes, precision: str) -> ExportedPass:
-    """Forward and backward, as curiosity.forward_backward launches them but on one stream:
-    WeightPrep, the row pass (actions int32), the weight gradients, the column sums of the row
-    pass's partials (ColumnSum(width), one launch while width <= COLSUM_WIDTH), and a 2-D copy
-    of dW1's action columns out of those sums. F = SH2, H = H_c, A = A."""
+    """Forward and backward, as curiosity.forward_backward launches them: WeightPrep, the row
+    pass (actions int32), then the weight gradients beside, on the library's side lane (one
+    stream a device, c/foxcute.c), the column sums of the row pass's partials (ColumnSum(width),
+    one launch while width <= COLSUM_WIDTH) and a 2-D copy of dW1's action columns out of
+    those sums. F = SH2, H = H_c, A = A."""
     from cutlass import Int32
 
     from ..kernels import curiosity as cu

@@ -4,9 +4,10 @@
  * generated foxcute_kernels.h declares them and holds each kernel's static configuration
  * (taken from the same Python objects that configure the Python path).
  *
- * Invariants: no pass allocates memory or synchronises; every check that needs no CUDA call
- * runs before the first CUDA call, in the order of the status codes; a pass launches only
- * after every check has passed.
+ * Invariants: no pass allocates memory or synchronises (what the library owns, the modules
+ * and curiosity's side lanes, foxcute_load makes); every check that needs no CUDA call runs
+ * before the first CUDA call, in the order of the status codes; a pass launches only after
+ * every check has passed.
  */
 #include <math.h> /* isfinite (a macro: no libm) */
 #include <stdint.h>
@@ -47,6 +48,20 @@ typedef int32_t (*fx_kan_backward_fn)(void *dy, void *x, void *C, void *Wb, void
 static cudaLibrary_t fx_libraries[FX_MODULE_COUNT];
 static int fx_loaded;
 
+/* A device's side lane, as the Python path's _arrays.SideLane: a non-blocking stream the
+ * curiosity pass forks its column sums onto (after the fork event, recorded on the caller's
+ * stream) and joins back from (the join event, recorded on the lane), so that they run beside
+ * the weight gradients; inside a graph capture the two become parallel branches. Made by
+ * foxcute_load for every visible device (a pass makes nothing), one a device: shared by every
+ * call on that device, which is why curiosity calls on one device must not overlap. */
+typedef struct {
+    cudaStream_t stream;
+    cudaEvent_t fork, join;
+} fx_lane_t;
+
+static fx_lane_t fx_lanes[FOXCUTE_MAX_DEVICES]; /* fixed: load allocates nothing of ours either */
+static int fx_lane_count;                       /* devices 0 .. fx_lane_count - 1 have one */
+
 static int cuda_status(cudaError_t e) { return e == cudaSuccess ? FOXCUTE_OK : FOXCUTE_ERR_CUDA + (int)e; }
 
 /* Loads module i onto every device; FOXCUTE_OK or the first CUDA error. */
@@ -73,8 +88,61 @@ static int unload_modules(int count) {
     return status;
 }
 
-/* Idempotent; on a failure the modules loaded so far are unloaded again. Not thread-safe:
- * call it before other threads use the passes. */
+/* Makes a lane on the current device; on a failure destroys what it made, so a lane is
+ * either whole or absent. */
+static int create_lane(fx_lane_t *lane) {
+    int status = cuda_status(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
+    if (status != FOXCUTE_OK) return status;
+    status = cuda_status(cudaEventCreateWithFlags(&lane->fork, cudaEventDisableTiming));
+    if (status == FOXCUTE_OK) {
+        status = cuda_status(cudaEventCreateWithFlags(&lane->join, cudaEventDisableTiming));
+        if (status != FOXCUTE_OK) cudaEventDestroy(lane->fork);
+    }
+    if (status != FOXCUTE_OK) cudaStreamDestroy(lane->stream);
+    return status;
+}
+
+/* Destroys lanes 0 .. fx_lane_count - 1 (a handle carries its device: no cudaSetDevice). Work
+ * still queued on a lane finishes first (the runtime releases them afterwards). */
+static int destroy_lanes(void) {
+    int status = FOXCUTE_OK;
+    for (int d = 0; d < fx_lane_count; d++) {
+        int s[3] = {cuda_status(cudaEventDestroy(fx_lanes[d].join)), cuda_status(cudaEventDestroy(fx_lanes[d].fork)),
+                    cuda_status(cudaStreamDestroy(fx_lanes[d].stream))};
+        for (int i = 0; i < 3; i++)
+            if (status == FOXCUTE_OK) status = s[i];
+    }
+    fx_lane_count = 0;
+    return status;
+}
+
+/* One lane for each of `devices` devices; the caller's current device is current again
+ * afterwards, even on a failure (then the lanes made so far are destroyed). The current
+ * device's lane is made without cudaSetDevice, so a one-device process never switches
+ * device (nor replaces a context the caller made current). */
+static int create_lanes(int devices) {
+    int current = 0, on;
+    if (devices > FOXCUTE_MAX_DEVICES) return cuda_status(cudaErrorInvalidDevice); /* header: FOXCUTE_MAX_DEVICES */
+    int status = cuda_status(cudaGetDevice(&current));
+    on = current;
+    while (status == FOXCUTE_OK && fx_lane_count < devices) {
+        if (fx_lane_count != on) {
+            status = cuda_status(cudaSetDevice(fx_lane_count));
+            if (status == FOXCUTE_OK) on = fx_lane_count; /* a failed switch leaves `on` current */
+        }
+        if (status == FOXCUTE_OK) status = create_lane(&fx_lanes[fx_lane_count]);
+        if (status == FOXCUTE_OK) fx_lane_count++;
+    }
+    if (on != current) {
+        int s = cuda_status(cudaSetDevice(current));
+        if (status == FOXCUTE_OK) status = s;
+    }
+    if (status != FOXCUTE_OK) destroy_lanes();
+    return status;
+}
+
+/* Idempotent; on a failure the modules loaded and the lanes made so far are unloaded and
+ * destroyed again. Not thread-safe: call it before other threads use the passes. */
 int foxcute_load(void) {
     int devices = 0, loaded = 0;
     if (fx_loaded) return FOXCUTE_OK;
@@ -83,6 +151,7 @@ int foxcute_load(void) {
         status = load_module(loaded, devices);
         if (status == FOXCUTE_OK) loaded++;
     }
+    if (status == FOXCUTE_OK) status = create_lanes(devices);
     if (status != FOXCUTE_OK) {
         unload_modules(loaded);
         return status;
@@ -94,7 +163,9 @@ int foxcute_load(void) {
 int foxcute_unload(void) {
     if (!fx_loaded) return FOXCUTE_OK;
     fx_loaded = 0;
-    return unload_modules(FX_MODULE_COUNT);
+    int status = destroy_lanes();
+    int s = unload_modules(FX_MODULE_COUNT);
+    return status == FOXCUTE_OK ? s : status;
 }
 
 const char *foxcute_status_string(int status) {
@@ -441,6 +512,17 @@ static int cu_weight_grads(const cu_plan_t *p, char *ws, const float *s, float *
 #endif
 }
 
+/* WeightPrep and the row pass on `stream`; then, as curiosity.forward_backward's side lane,
+ * a fork: the column sums of the row pass's partials and the copy of dW1's action columns out
+ * of them on the current device's lane, beside the weight gradients on `stream`, which waits
+ * for the lane at the end. The two branches share nothing they write: the sums read the
+ * partials and write sum_work, their own tickets (the second ticket run) and sums, then
+ * dW1[:, F:]; the weight gradients read hid, dpred, dz and s and write wg_work, the first
+ * ticket run, dW2 and dW1[:, :F]. Event record and wait are legal inside a capture (any
+ * mode), where the lane joins the capture and the graph gets two branches. The lane and its
+ * events are the device's, shared by every call: calls on one device must not overlap (two
+ * threads' forks would cross), nor may one run on another stream while a capture holding one
+ * is open (the lane stays in that capture until it ends). */
 int foxcute_curiosity_forward_backward(const float *s, const int32_t *a, const float *s_next, const float *W1,
                                        const float *b1, const float *W2, const float *b2, float *r, float *ds,
                                        float *dW1, float *dW2, float *sums, int32_t B, int32_t F, int32_t A,
@@ -448,27 +530,37 @@ int foxcute_curiosity_forward_backward(const float *s, const int32_t *a, const f
     const void *pointers[] = {s, a, s_next, W1, b1, W2, b2, r, ds, dW1, dW2, sums, workspace};
     int status = check_pointers(pointers, 13);
     int32_t sms = 0;
+    int device = 0;
     if (status == FOXCUTE_OK) status = cu_sizes(B, F, A, H);
     if (status != FOXCUTE_OK) return status;
     if (!fx_loaded) return FOXCUTE_ERR_NOT_LOADED;
     if ((status = sm_count(&sms)) != FOXCUTE_OK) return status;
     cu_plan_t p = cu_plan(B, sms);
     if (workspace_bytes < p.bytes) return FOXCUTE_ERR_WORKSPACE;
+    if ((status = cuda_status(cudaGetDevice(&device))) != FOXCUTE_OK) return status;
+    if (device >= fx_lane_count) return cuda_status(cudaErrorInvalidDevice); /* not seen by foxcute_load */
+    const fx_lane_t *lane = &fx_lanes[device];
     char *ws = workspace, *sum_tickets = ws + FX_TICKET_BYTES(FX_CU_TILES);
     status = cuda_status((cudaError_t)fx_curiosity_weight_prep((void *)W1, (void *)W2, ws + p.prep, stream));
     if (status == FOXCUTE_OK)
         status = cuda_status((cudaError_t)fx_curiosity_row_pass(
             (void *)s, (void *)a, (void *)s_next, (void *)W1, ws + p.prep, (void *)b1, (void *)b2, r, ds, ws + p.hid,
             ws + p.dpred, ws + p.dz, ws + p.partials, B, p.num_ctas, (float)(1.0 / ((double)F * B)), stream));
-    if (status == FOXCUTE_OK) status = cu_weight_grads(&p, ws, s, dW1, dW2, B, stream);
-    if (status == FOXCUTE_OK)
-        status = cuda_status((cudaError_t)FX_CU_SUMS.launch(ws + p.partials, sums, ws + p.sum_work, sum_tickets,
-                                                            p.num_ctas, p.sum_ctas, stream));
+    if (status == FOXCUTE_OK) status = cuda_status(cudaEventRecord(lane->fork, stream));
+    if (status == FOXCUTE_OK) status = cuda_status(cudaStreamWaitEvent(lane->stream, lane->fork, 0));
+    if (status != FOXCUTE_OK) return status;
+    /* forked: from here the lane is joined back whatever fails, so no capture is left with an
+     * unjoined branch and the caller's later work on `stream` still follows the lane's */
+    status = cuda_status((cudaError_t)FX_CU_SUMS.launch(ws + p.partials, sums, ws + p.sum_work, sum_tickets,
+                                                        p.num_ctas, p.sum_ctas, lane->stream));
     if (status == FOXCUTE_OK) /* dW1[:, F:] = the action columns' sums [H, A] */
         status = cuda_status(cudaMemcpy2DAsync(dW1 + F, (size_t)(F + A) * sizeof(float), sums + FOXCUTE_CURIOSITY_DW1A,
                                                (size_t)A * sizeof(float), (size_t)A * sizeof(float), (size_t)H,
-                                               cudaMemcpyDeviceToDevice, stream));
-    return status;
+                                               cudaMemcpyDeviceToDevice, lane->stream));
+    int joined = cuda_status(cudaEventRecord(lane->join, lane->stream));
+    if (status == FOXCUTE_OK) status = cu_weight_grads(&p, ws, s, dW1, dW2, B, stream);
+    if (joined == FOXCUTE_OK) joined = cuda_status(cudaStreamWaitEvent(stream, lane->join, 0));
+    return status == FOXCUTE_OK ? joined : status;
 }
 
 /* ---- Mamba2 (fused) ---- */

@@ -12,7 +12,8 @@
  *   {"pass": "<C function without foxcute_>", "N": <column sums only>, "B": B, "samples_us": [...]}
  * the samples in microseconds per call; the last line's pass is "step": the step's calls
  * (Mamba2 forward, curiosity on its output, the risk head on that output and curiosity's r,
- * Q-denoise, the two IQN column sums, KAN backward, Mamba2 backward) in one graph on one stream.
+ * Q-denoise, the two IQN column sums, KAN backward, Mamba2 backward) in one graph on one stream
+ * (curiosity's column sums a branch of their own on the library's side lane).
  * Exit 0 when every CUDA call and every foxcute call succeeded and every replay rewrote the
  * outputs; else a message on stderr and exit 1 (2 for bad arguments).
  *
