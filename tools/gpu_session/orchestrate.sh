@@ -31,7 +31,8 @@ w() { local log=$1; shift; (timeout 400 "$@" > $F/warm_$log.log 2>&1; echo "rc=$
 for k in 0 1; do w tc$k python3 tools/gpu_session/warm.py layers torch_compile $k/2; done
 for i in torch_compile torch_max_autotune torch_ops_compile; do w step_$i python3 tools/gpu_session/warm.py step $i; done
 w sweep python3 tools/gpu_session/warm.py sweep
-w train python3 tools/gpu_session/warm.py train
+# 04's compile (minutes of max-autotune) only where 04 is to run this session: TRAIN=0 skips it
+[ "${TRAIN:-1}" = 1 ] && w train python3 tools/gpu_session/warm.py train
 w test_c_export python3 -m pytest -q -p no:cacheprovider tests/test_gpu_c_export.py
 w test_train python3 -m pytest -q -p no:cacheprovider tests/test_gpu_train.py tests/test_train_ddp.py
 until [ "$(status 03_profiling)" = running ] || ! kill -0 $MAIN 2>/dev/null; do sleep 2; done
