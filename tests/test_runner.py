@@ -155,6 +155,13 @@ def test_a_run_cut_off_from_outside_still_says_what_finished(tmp_path):
     manifest["provenance"]["gpu"] = "NVIDIA H200"  # even a GPU run is not README's while incomplete
     manifests[0].write_text(json.dumps(manifest))
     assert runner.newest_gpu_run(out) is None
+    manifest["complete"] = True
+    manifest["provenance"]["param_overrides"] = ["torch_compile=false"]  # a reduced scope: not a headline
+    manifests[0].write_text(json.dumps(manifest))
+    assert runner.newest_gpu_run(out) is None
+    manifest["provenance"]["param_overrides"] = []
+    manifests[0].write_text(json.dumps(manifest))
+    assert runner.newest_gpu_run(out) == run_dir
 
 
 def test_a_resumed_run_reruns_what_did_not_finish_with_the_runs_own_parameters(tmp_path):

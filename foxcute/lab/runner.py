@@ -461,10 +461,13 @@ def headline_markdown(run_dir: Path, training_run: Path | None = None) -> str:
 
 
 def newest_gpu_run(out_dir: Path, notebook: str | None = None) -> Path | None:
-    """The newest complete GPU run folder under `out_dir` (by name: its UTC start); with
+    """The newest complete GPU run folder under `out_dir` (by name: its UTC start) that ran its
+    preset as it stands (a run with --param overrides, e.g. one that leaves out the torch.compile
+    peers to fit a short GPU session, is kept and indexed but is nobody's headline); with
     `notebook`, the newest of those that ran it."""
     runs = [m.parent for m in sorted(out_dir.glob("*/manifest.json"))
             if (manifest := json.loads(m.read_text()))["provenance"].get("gpu") and manifest.get("complete", True)
+            and not manifest["provenance"].get("param_overrides")
             and (notebook is None or any(nb["name"] == notebook for nb in manifest["notebooks"]))]
     return runs[-1] if runs else None
 
