@@ -107,9 +107,11 @@ def test_failures_are_classified_and_partial_notebooks_kept(tmp_path):
     summary = (run_dir / "summary.md").read_text()
     assert "| 01_raises" in summary or "[01_raises]" in summary
     assert "timeout" in summary and "dead_kernel" in summary
+    assert "`--param seconds=60 --param count=9`: a reduced scope" in summary
     assert not (tmp_path / "runs" / "README.md").exists(), "a run leaves the tracked index to `foxcute index`"
     index = runner.write_index(tmp_path / "runs").read_text()
     assert f"[{run_dir.name}]({run_dir.name}/summary.md)" in index
+    assert "| cpu, seconds=60, count=9 |" in index
 
 
 def test_a_run_cut_off_from_outside_still_says_what_finished(tmp_path):
