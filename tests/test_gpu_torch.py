@@ -257,3 +257,5 @@ def test_host_cost_helper_times_every_operator():
     costs = torch_ops.host_costs(SMALL, calls=5, warmup=2)
     assert set(costs) == set(TORCH_OPS)
     assert all(cost["operator_us"] > 0 and cost["function_us"] > 0 for cost in costs.values())
+    table = torch_ops.host_profile(torch_ops.passes(SMALL)["column_sum"][1], calls=5, warmup=2)
+    assert "column_sum" in table  # foxcute's own function among the profiled ones

@@ -10,11 +10,17 @@ allocator warmed by `warmup` calls first. Too many calls in a row fill the devic
 queue and then block the host; the median over the calls is robust to a few of those.
 
     python -m foxcute.lab.torch_ops            # the trainer's sizes, a table in microseconds
+    python -m foxcute.lab.torch_ops --profile curiosity_forward_backward [...|all]
+                                               # where a public function's host time goes (cProfile)
 """
 
 from __future__ import annotations
 
+import argparse
+import cProfile
 import dataclasses
+import io
+import pstats
 import statistics
 import time
 from typing import Any, Callable
@@ -103,7 +109,37 @@ def host_records(sizes: step.StepSizes = step.StepSizes(), **kwargs: Any) -> lis
             for name, cost in host_costs(sizes, **kwargs).items()]
 
 
-def main() -> None:
+def host_profile(fn: Callable[[], Any], calls: int = 200, warmup: int = 20, top: int = 25) -> str:
+    """cProfile's table of `calls` calls of fn after `warmup` (the `top` functions by their own
+    time, with call counts and cumulative times): which Python functions the host time of a
+    call goes to. cProfile's own overhead inflates every entry, so read the shares, and time
+    with median_host_us."""
+    for _ in range(warmup):
+        fn()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m foxcute.lab.torch_ops", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", nargs="+", metavar="PASS",
+                        help="profile the public function of these passes (or 'all') instead of timing")
+    args = parser.parse_args(argv)
+    if args.profile:
+        names = list(PASS_OF_FUNCTION) if args.profile == ["all"] else args.profile
+        unknown = [n for n in names if n not in PASS_OF_FUNCTION]
+        if unknown:  # before anything touches the GPU
+            parser.error(f"unknown passes {unknown}; known: {', '.join(PASS_OF_FUNCTION)}")
+        found = passes(step.StepSizes())
+        for name in names:
+            print(f"== {name}: the public function, cProfile\n{host_profile(found[name][1])}")
+        return
     print(f"{'pass':28} {'operator us':>12} {'function us':>12}")
     for name, cost in host_costs().items():
         print(f"{name:28} {cost['operator_us']:12.1f} {cost['function_us']:12.1f}")

@@ -33,6 +33,9 @@ for i in torch_compile torch_max_autotune torch_ops_compile; do w step_$i python
 w sweep python3 tools/gpu_session/warm.py sweep
 # 04's compile (minutes of max-autotune) only where 04 is to run this session: TRAIN=0 skips it
 [ "${TRAIN:-1}" = 1 ] && w train python3 tools/gpu_session/warm.py train
+# where each public function's host time goes (issue 31), cProfile's shares (beside other work:
+# read the shares, not the times)
+w hostprof python3 -m foxcute.lab.torch_ops --profile all
 w test_c_export python3 -m pytest -q -p no:cacheprovider tests/test_gpu_c_export.py
 w test_train python3 -m pytest -q -p no:cacheprovider tests/test_gpu_train.py tests/test_train_ddp.py
 until [ "$(status 03_profiling)" = running ] || ! kill -0 $MAIN 2>/dev/null; do sleep 2; done
