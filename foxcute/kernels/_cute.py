@@ -73,9 +73,12 @@ def compile_kernel(jit_fn: Callable, *args: Any, keep: bool = False) -> Any:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "ptxas.yaml")
-        # one options string: options= replaces the KeepPTX / KeepCUBIN flags of cute.compile[...]
-        compiled = cute.compile(jit_fn, *args,
-                                options=f"--keep-ptx --keep-cubin --remark-filter ptxas --remark-output {path}")
+        # one options string: options= replaces the KeepPTX / KeepCUBIN flags of cute.compile[...].
+        # The PTX and cubin go to this compile's own folder (the DSL reads them back before it
+        # returns): in the shared CUTE_DSL_DUMP_DIR, a concurrent compile of a kernel with the
+        # same name (another precision, in another process) could overwrite them in between.
+        compiled = cute.compile(jit_fn, *args, options=f"--keep-ptx --keep-cubin --dump-dir {tmp} "
+                                                       f"--remark-filter ptxas --remark-output {path}")
         compiled.ptxas_resources = parse_ptxas_report(open(path).read())
     return compiled
 
