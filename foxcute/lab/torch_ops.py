@@ -11,7 +11,7 @@ queue and then block the host; the median over the calls is robust to a few of t
 
     python -m foxcute.lab.torch_ops            # the trainer's sizes, a table in microseconds
     python -m foxcute.lab.torch_ops --profile curiosity_forward_backward [...|all]
-                                               # where a public function's host time goes (cProfile)
+                                               # where a pass's host time goes (cProfile)
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ def host_profile(fn: Callable[[], Any], calls: int = 200, warmup: int = 20, top:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m foxcute.lab.torch_ops", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", nargs="+", metavar="PASS",
-                        help="profile the public function of these passes (or 'all') instead of timing")
+                        help="profile the public function and the operator of these passes (or 'all') "
+                             "instead of timing them")
     args = parser.parse_args(argv)
     if args.profile:
         names = list(PASS_OF_FUNCTION) if args.profile == ["all"] else args.profile
@@ -138,7 +139,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"unknown passes {unknown}; known: {', '.join(PASS_OF_FUNCTION)}")
         found = passes(step.StepSizes())
         for name in names:
-            print(f"== {name}: the public function, cProfile\n{host_profile(found[name][1])}")
+            operator, function = found[name]
+            print(f"== {name}: the public function, cProfile\n{host_profile(function)}")
+            print(f"== {name}: the operator, cProfile\n{host_profile(operator)}")
         return
     print(f"{'pass':28} {'operator us':>12} {'function us':>12}")
     for name, cost in host_costs().items():
