@@ -55,12 +55,10 @@ and on a side lane the column sums and ActionColumns, the small copy of dW1's ac
 Current (H200 run 20261203T162501Z, papermill_runs/20261203T162501Z_nvidia-h200_726b8c4c/summary.md;
 TF32 at the defaults, graph-replayed): the layer 52.1 us, against its 20 us target. Step
 breakdown (step_breakdown.csv): the row pass (RowPassWgmma, named curiosity.RowPass.kernel_wgmma
-there) 30.2 us, KMajorWeightGrad 13.2 us, column_sum 4.3 us, WeightPrep 3.2 us. The action
-columns' copy was then a torch / cupy slice assignment (an elementwise kernel, 1.5 us on the
-H100 of run 20261206T034451Z); ActionColumns, which replaced it, has not been run on a GPU
-yet. At batch 1 the layer takes 41.7 us: each row-pass CTA runs the same chain (four
-products, their epilogues and barriers) as the single CTA of batch 1, so most of the time is
-that chain's latency, not the batch's work.
+there) 30.2 us, KMajorWeightGrad 13.2 us, column_sum 4.3 us, WeightPrep 3.2 us;
+ActionColumns has not run on a GPU yet. At batch 1 the layer takes 41.7 us: each row-pass
+CTA runs the same chain (four products, their epilogues and barriers) as the single CTA of
+batch 1, so most of the time is that chain's latency, not the batch's work.
 
 History: docs/notes/curiosity.md
 """
@@ -256,10 +254,8 @@ class ActionColumns:
     stores land in ~32 / A rows, A contiguous floats each: 12 bytes every 1036 at the
     defaults; no wider access exists). One CTA of 32 ceil(H A / 32) threads up to 1024, and
     ceil(H A / 1024) CTAs past that (8 at H = 512, A = 16): 1.5 KB to move at the defaults,
-    so the launch and one load-to-store round trip are all it costs.
-    Replaced a slice assignment (Python: an elementwise torch/cupy copy kernel) and a
-    cudaMemcpy2DAsync of H rows of A floats (C: a copy node in a graph), so that both paths
-    run the same kernel.
+    so the launch and one load-to-store round trip are all it costs. The Python path and the
+    C export both launch it, so both run the same kernels.
 
     Constraints:
     - Scalar 4-byte accesses only: dW1's rows are (F + A) * 4 bytes apart, a multiple of 16

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .. import curiosity, kan, mamba2, q_denoise, step
 from . import ops
 
@@ -64,8 +66,6 @@ def run(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32", impl: str
     """One step through the operators on `inputs` (step.make_inputs' arrays as torch tensors,
     all on one device); every output by "layer.name", as step.run returns them. lanes: two
     lanes (True) or one stream (False); None: two on CUDA outside torch.compile."""
-    import torch
-
     if lanes is None:
         lanes = inputs["mamba2"]["h"].is_cuda and not torch.compiler.is_compiling()
     return step.run_through(OperatorLayers(precision, impl), inputs, lanes=lanes)

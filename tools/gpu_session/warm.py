@@ -14,8 +14,9 @@ import numpy as np
 
 from foxcute import step
 from foxcute.lab import benchmarks, breakdown
+from foxcute.lab.runner import PRESETS
 
-B = 8192
+B = PRESETS["h200"]["batch"]  # the batch 03 times at
 what = sys.argv[1]
 start = time.perf_counter()
 rng = np.random.default_rng(0)
@@ -50,7 +51,6 @@ elif what == "sweep":
                            warmup=1, reps=1, calls_per_rep=1)
 elif what == "train":
     from foxcute.lab import training
-    from foxcute.lab.runner import PRESETS
     from foxcute.train import dqn, experiment
 
     preset = PRESETS["h200"]

@@ -513,10 +513,9 @@ static int cu_weight_grads(const cu_plan_t *p, char *ws, const float *s, float *
 }
 
 /* WeightPrep and the row pass on `stream`; then, as curiosity.forward_backward's side lane,
- * a fork: the column sums of the row pass's partials and the copy of dW1's action columns out
- * of them (ActionColumns, a kernel: a cudaMemcpy2DAsync of H rows of A floats was a copy node
- * in a graph) on the current device's lane, beside the weight gradients on `stream`, which waits
- * for the lane at the end. The two branches share nothing they write: the sums read the
+ * a fork: the column sums of the row pass's partials and ActionColumns, the copy of dW1's
+ * action columns out of them, on the current device's lane, beside the weight gradients on
+ * `stream`, which waits for the lane at the end. The two branches share nothing they write: the sums read the
  * partials and write sum_work, their own tickets (the second ticket run) and sums, then
  * dW1[:, F:]; the weight gradients read hid, dpred, dz and s and write wg_work, the first
  * ticket run, dW2 and dW1[:, :F]. Event record and wait are legal inside a capture (any
