@@ -509,11 +509,21 @@ def write_run_record(run_dir: Path, preset_name: str, entries: list[dict[str, An
     results = merge_results(run_dir, prov)
     manifest = {"preset": preset_name, "complete": complete, "notebooks": entries, "parameters": parameters,
                 "provenance": results["provenance"]}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (run_dir / "results.json").write_text(json.dumps(
+    # the manifest goes last and each file is replaced whole: whoever reads a manifest that
+    # names a notebook "running" finds the results of every notebook before it
+    _replace_text(run_dir / "results.json", json.dumps(
         {"provenance": results["provenance"], "records": results["records"],
          "targets": results["targets"]}, indent=2) + "\n")
-    (run_dir / "summary.md").write_text(summary_markdown(run_dir, manifest, results))
+    _replace_text(run_dir / "summary.md", summary_markdown(run_dir, manifest, results))
+    _replace_text(run_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a sibling temporary file and os.replace, so a reader
+    (or a SIGKILL) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _resumed(run_dir: Path, preset: str, notebook_names: Sequence[str] | None, param_pairs: Sequence[str],
