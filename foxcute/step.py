@@ -256,43 +256,15 @@ def run(inputs: dict[str, dict[str, Any]], *, backend: str = "reference", precis
     return run_through(_PublicLayers(backend, precision, impl), inputs)
 
 
-def run_through(layers: Any, inputs: dict[str, dict[str, Any]], *, lanes: bool = False) -> dict[str, Any]:
-    """One step through `layers`: an object with the layer-pass methods of _PublicLayers
-    (mamba2_forward, curiosity, risk_budget, q_denoise, column_sum, kan_backward,
-    mamba2_backward, returning what they return), such as foxcute.torch.step.OperatorLayers;
-    every output by "layer.name", in PARTS order. lanes=False: every part in PARTS order on
-    the current stream; lanes=True (GPU arrays only): on two lanes, as kernel_step launches
-    them."""
+def run_through(layers: Any, inputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One step, every part in PARTS order on the current stream, through `layers`: an object
+    with the layer-pass methods of _PublicLayers (mamba2_forward, curiosity, risk_budget,
+    q_denoise, column_sum, kan_backward, mamba2_backward, returning what they return), such
+    as foxcute.torch.step.OperatorLayers; every output by "layer.name"."""
     out: dict[str, Any] = {}
-    added: dict[str, list[str]] = {}  # each part's outputs, to return them in PARTS order
-
-    def tracked(name: str, part: Callable[[], None]) -> Callable[[], None]:
-        def call() -> None:
-            before = len(out)
-            part()
-            added[name] = list(out)[before:]
-        return call
-    _launch({name: tracked(name, part) for name, part in _parts(layers, inputs, out)}, inputs, lanes)
-    return {key: out[key] for name in PARTS for key in added[name]}
-
-
-def _launch(parts: dict[str, Callable[[], None]], inputs: dict[str, dict[str, Any]], lanes: bool,
-            leave_out: Sequence[str] = ()) -> None:
-    """Calls the parts (by PARTS name) but those in leave_out: lanes=False, in PARTS order on
-    the current stream; lanes=True, those of LANES[0] on the current stream and those of
-    LANES[1] on a side lane of the inputs' array library (_arrays.side_lane), forked once
-    FORK_AFTER is launched and joined back before this returns."""
-    def run_parts(names: Sequence[str]) -> None:
-        for name in names:
-            if name not in leave_out:
-                parts[name]()
-    if lanes:
-        main, side = LANES
-        fork = main.index(FORK_AFTER) + 1
-        run_parts(main[:fork])
-        side_lane(inputs["mamba2"]["h"]).run(lambda: run_parts(side), lambda: run_parts(main[fork:]))
-    else:
-        run_parts(PARTS)
+    for _, part in _parts(layers, inputs, out):
+        part()
+    return out
 
 
 def _validate(inputs: dict[str, dict[str, Any]], backend: str, precision: str, impl: str) -> dict[str, Any]:
@@ -337,7 +309,19 @@ def kernel_step(inputs: dict[str, dict[str, Any]], *, backend: str = "cute", pre
 
     def launch() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        _launch(dict(_parts(layers, inputs, out, chained)), inputs, lanes, leave_out)
+        parts = dict(_parts(layers, inputs, out, chained))
+
+        def run_parts(lane):
+            for name in lane:
+                if name not in leave_out:
+                    parts[name]()
+        if lanes:
+            main, side = LANES
+            fork = main.index(FORK_AFTER) + 1
+            run_parts(main[:fork])
+            side_lane(inputs["mamba2"]["h"]).run(lambda: run_parts(side), lambda: run_parts(main[fork:]))
+        else:
+            run_parts(PARTS)
         return {name: out[name] for name in names if name in out}  # in run's order, not the lanes'
     return launch
 

@@ -233,21 +233,3 @@ def test_check_sizes_counts_the_padded_batch():
     curiosity.check_sizes(_sizes_checker((2**31 - 1) // f // bm * bm, f, h))
     with pytest.raises(FoxcuteInputError, match="32-bit"):
         curiosity.check_sizes(_sizes_checker((2**31 - 1) // f, f, h))
-
-
-@pytest.mark.parametrize("name,f,h,num_actions", [("action_columns", 256, 128, 3),
-                                                  ("action_columns_widest", 512, 512, 16)])
-def test_action_columns_copy_is_one_scalar_load_and_store_a_thread(name, f, h, num_actions):
-    """ActionColumns: dW1's rows are (F + A) * 4 bytes apart (1036 at the defaults), not
-    16-byte multiples, so the copy is one 32-bit global load and one 32-bit global store a
-    thread, no vector access; H A threads in CTAs of up to 1024 (one at the defaults, 8 at the
-    widest sizes), every element covered once."""
-    kernel = curiosity.ActionColumns(f, h, num_actions)
-    assert (kernel.threads, kernel.ctas) == {"action_columns": (384, 1), "action_columns_widest": (1024, 8)}[name]
-    assert kernel.threads % 32 == 0
-    assert (kernel.ctas - 1) * kernel.threads < h * num_actions <= kernel.ctas * kernel.threads
-    fn = curiosity.compiled_for_ci()[name]
-    body = fn.__ptx__[fn.__ptx__.index(".entry"):]
-    assert re.findall(r"^\s*((?:ld|st)\.global\.\S+)", body, re.M) == ["ld.global.b32", "st.global.b32"]
-    assert f".reqntid {kernel.threads}, 1, 1" in body
-    assert fn.ptxas_resources["spill_stores"] == 0 and fn.ptxas_resources["stack_frame"] == 0

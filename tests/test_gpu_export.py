@@ -127,12 +127,8 @@ def references(pass_name, inputs, scalar=None):
                 ("grads", "dWb", slice(dwb_at, None), g.dWb)]
     if pass_name == "curiosity":
         loss, r, g = curiosity.reference_forward_backward(**f64)
-        F, H, A = SIZES.F, SIZES.H_c, SIZES.A
-        # dW1's action columns on their own too (the ActionColumns kernel's copy of the sums):
-        # flat indices of dW1[:, F:], which dW1's error as a whole would dilute
-        action_columns = (np.arange(H)[:, None] * (F + A) + F + np.arange(A)).ravel()
+        F, H = SIZES.F, SIZES.H_c
         return [("r", "r", whole, r), ("ds", "ds", whole, g.ds), ("dW1", "dW1", whole, g.dW1),
-                ("dW1", "dW1[:, F:]", action_columns, g.dW1[:, F:]),
                 ("dW2", "dW2", whole, g.dW2), ("sums", "db2", slice(0, F), g.db2),
                 ("sums", "db1", slice(F, F + H), g.db1), ("sums", "dW1a", slice(F + H, -1), g.dW1[:, F:]),
                 ("sums", "loss", slice(-1, None), np.array([loss]))]

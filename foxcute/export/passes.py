@@ -231,8 +231,8 @@ def curiosity(sizes: StepSizes, precision: str) -> ExportedPass:
     """Forward and backward, as curiosity.forward_backward launches them: WeightPrep, the row
     pass (actions int32), then the weight gradients beside, on the library's side lane (one
     stream a device, c/foxcute.c), the column sums of the row pass's partials (ColumnSum(width),
-    one launch while width <= COLSUM_WIDTH) and ActionColumns, the copy of dW1's action
-    columns out of those sums. F = SH2, H = H_c, A = A."""
+    one launch while width <= COLSUM_WIDTH) and a 2-D copy of dW1's action columns out of
+    those sums. F = SH2, H = H_c, A = A."""
     from cutlass import Int32
 
     from ..kernels import curiosity as cu
@@ -251,9 +251,7 @@ def curiosity(sizes: StepSizes, precision: str) -> ExportedPass:
                Kernel("curiosity_row_pass", static, lambda: _split(cu.row_pass_compile_args(F, H, A, precision, Int32)),
                       _ptrs("s", "a", "s_next", "W1", "prep", "b1", "b2", "r", "ds", "hid", "dpred", "dz", "partials")
                       + [("int32_t ", "batch"), ("int32_t ", "num_ctas"), ("float ", "inv_fb")] + STREAM),
-               sums, grads,
-               Kernel("curiosity_action_columns", {"F": F, "H": H, "A": A},
-                      lambda: _split(cu.action_columns_compile_args(F, H, A)), _ptrs("sums", "dW1") + STREAM)]
+               sums, grads]
     prep = cu.norms_offset(F, H) + H if precision == "tf32" else cu.prep_arrays(precision) * H * F
     private = [f"#define FX_CU_BM {bm}", f"#define FX_CU_PREP_FLOATS {prep}",
                f"static const fx_column_sum_t FX_CU_SUMS = {sums_row};", *grads_defines]

@@ -10,8 +10,7 @@ Work at the defaults (B=8192, F=256, A=3, H=128): six [B x 256 x 128]-sized prod
 so tensor cores are needed (TF32 wgmma or mma.sync; FFMA in fp32 mode). Compulsory traffic: s,
 s_next read and ds written, 3 x 8 MB = 25 MB, a 6 us floor at 4.25 TB/s.
 
-Where the split is, and why (five launches: WeightPrep, the row pass, the weight gradients,
-and on a side lane the column sums and ActionColumns, the small copy of dW1's action columns).
+Where the split is, and why (four launches and one small copy).
 - `WeightPrep` first writes the weights the way the row pass streams them (4 x H x F floats,
   0.5 MB at the defaults): W1s = W1[:, :F] contiguous (W1's rows of F + A floats are not
   whole float4s: it would stream by 4-byte copies, each with its own address and bounds
@@ -44,21 +43,19 @@ and on a side lane the column sums and ActionColumns, the small copy of dW1's ac
 - TF32: z's relu mask is the float64 one (RowPass.exact_sign_epilogue): the few z entries
   whose 3xTF32 value is within its error bound of 0 are summed again in float64 (WeightPrep
   adds W1s's row norms to the workspace for the bound).
-- The row pass's partials (F + H(A+1) + 1 columns per CTA) are summed by column_sum, and
-  `ActionColumns` copies the [H, A] block of action sums into dW1[:, F:] (rows F + A floats
-  apart: one scalar load and store a thread), both on a side lane (a second stream; a
-  parallel branch in a CUDA graph) beside the weight gradients, which read none of them and
-  write dW1[:, :F] only. The C export launches the same kernels on its own side lane.
+- The row pass's partials (F + H(A+1) + 1 columns per CTA) are summed by column_sum, on a
+  side lane (a second stream; a parallel branch in a CUDA graph) beside the weight
+  gradients, which read none of them.
 - Every batch reduction is per-CTA partials added in a fixed order: bit-identical from run
   to run, no float atomics.
 
 Current (H200 run 20261203T162501Z, papermill_runs/20261203T162501Z_nvidia-h200_726b8c4c/summary.md;
 TF32 at the defaults, graph-replayed): the layer 52.1 us, against its 20 us target. Step
 breakdown (step_breakdown.csv): the row pass (RowPassWgmma, named curiosity.RowPass.kernel_wgmma
-there) 30.2 us, KMajorWeightGrad 13.2 us, column_sum 4.3 us, WeightPrep 3.2 us;
-ActionColumns has not run on a GPU yet. At batch 1 the layer takes 41.7 us: each row-pass
-CTA runs the same chain (four products, their epilogues and barriers) as the single CTA of
-batch 1, so most of the time is that chain's latency, not the batch's work.
+there) 30.2 us, KMajorWeightGrad 13.2 us, column_sum 4.3 us, WeightPrep 3.2 us. At batch 1 the
+layer takes 41.7 us: each row-pass CTA runs the same chain (four products, their epilogues and
+barriers) as the single CTA of batch 1, so most of the time is that chain's latency, not the
+batch's work.
 
 History: docs/notes/curiosity.md
 """
@@ -240,54 +237,6 @@ class WeightPrep:
                 if lane == 0:
                     mNorms = cute.make_tensor(mPrep.iterator + norms_offset(f, h), cute.make_layout(h))
                     mNorms[c] = cute.math.sqrt(sq)
-
-
-class ActionColumns:
-    """dW1[:, F:] <- the action columns' gradient out of the summed partials: the [H, A] block
-    sums[F + H : F + H + H A] (row-major, contiguous: partials_width's dW1a part, where the
-    row pass put dz's per-action column sums, entry (i, j) at F + H + i A + j) scattered into
-    dW1's last A columns, rows F + A floats apart. A launch of its own on the side lane, after
-    the column sums it reads, beside the weight gradients (which write dW1[:, :F] only).
-
-    H A threads (384 at the defaults), one element each: thread e = (i, j) = divmod(e, A)
-    loads sums[F + H + e] (a warp's loads contiguous) and stores it at dW1[i, F + j] (a warp's
-    stores land in ~32 / A rows, A contiguous floats each: 12 bytes every 1036 at the
-    defaults; no wider access exists). One CTA of 32 ceil(H A / 32) threads up to 1024, and
-    ceil(H A / 1024) CTAs past that (8 at H = 512, A = 16): 1.5 KB to move at the defaults,
-    so the launch and one load-to-store round trip are all it costs. The Python path and the
-    C export both launch it, so both run the same kernels.
-
-    Constraints:
-    - Scalar 4-byte accesses only: dW1's rows are (F + A) * 4 bytes apart, a multiple of 16
-      only where A % 4 == 0 (1036 at the defaults): only dW1's and sums' bases are known
-      16-byte aligned (ALIGN).
-    - F, H, A the row pass's (check_sizes): H A <= 512 * MAX_ACTIONS, 32-bit indexing.
-    - No reduction and no ordering among threads: bit-exact copies, any order.
-    """
-
-    MAX_THREADS = 1024
-
-    def __init__(self, f: int, h: int, num_actions: int):
-        self.f, self.h, self.num_actions = f, h, num_actions
-        self.count = h * num_actions
-        self.threads = min(self.MAX_THREADS, -(-self.count // 32) * 32)
-        self.ctas = -(-self.count // self.threads)
-
-    @cute.jit
-    def __call__(self, sums_ptr: cute.Pointer, dw1_ptr: cute.Pointer, stream: cuda.CUstream):
-        f, h, na = self.f, self.h, self.num_actions
-        mSums = cute.make_tensor(sums_ptr + (f + h), cute.make_layout(self.count))
-        mDW1a = cute.make_tensor(dw1_ptr + f, cute.make_layout((h, na), stride=(f + na, 1)))
-        self.kernel(mSums, mDW1a).launch(grid=[self.ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
-
-    @cute.kernel
-    def kernel(self, mSums: cute.Tensor, mDW1a: cute.Tensor):
-        tid, _, _ = cute.arch.thread_idx()
-        cta, _, _ = cute.arch.block_idx()
-        e = cta * self.threads + tid
-        if e < self.count:
-            i = e // self.num_actions
-            mDW1a[i, e - i * self.num_actions] = mSums[e]
 
 
 class RowPass:
@@ -1390,16 +1339,6 @@ def _compile_weight_prep(f: int, h: int, num_actions: int, precision: str, keep:
         *weight_prep_compile_args(f, h, num_actions, precision), keep=keep))
 
 
-def action_columns_compile_args(f: int, h: int, num_actions: int) -> tuple:
-    p = _cute.fake_ptr()
-    return ActionColumns(f, h, num_actions), p, p, _cute.fake_stream()
-
-
-def _compile_action_columns(f: int, h: int, num_actions: int, keep: bool = False) -> Any:
-    key = ("action_columns", f, h, num_actions, keep)  # a float32 copy: the same in both precisions
-    return _compiled.get(key, lambda: _cute.compile_kernel(*action_columns_compile_args(f, h, num_actions), keep=keep))
-
-
 CONTRACT = KernelContract(passes=("forward_backward",), options={"precision": PRECISIONS})
 
 
@@ -1438,8 +1377,7 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
 
     def column_sums() -> Any:
         sums = sum_partials(partials, len(partials) // width, width)
-        # dW1[:, F:] = the action columns' sums (columns the MMAs skip), on this lane's stream
-        _compile_action_columns(f, h, num_actions)(_cute.gmem_ptr(sums), _cute.gmem_ptr(dW1), _cute.current_stream(s))
+        dW1[:, f:] = sums[f + h:f + h + h * num_actions].reshape(h, num_actions)  # columns the MMAs skip
         return sums
 
     def weight_gradients() -> None:
@@ -1452,9 +1390,8 @@ def forward_backward(s: Any, a: Any, s_next: Any, W1: Any, b1: Any, W2: Any, b2:
         else:
             weight_grads_into([(dpred, hid, dW2, h, None), (dz, s, dW1, w1_cols, None)], precision)
 
-    # The short column sums of the row pass's partials and the action columns' copy on a side
-    # lane, beside the weight gradients (they read different arrays and write different
-    # columns of dW1).
+    # The short column sums of the row pass's partials on a side lane, beside the weight
+    # gradients (they read different arrays and write different columns of dW1).
     sums, _ = _arrays.side_lane(s).run(column_sums, weight_gradients)
     db2 = sums[:f]
     db1 = sums[f:f + h]
@@ -1507,14 +1444,10 @@ def sum_partials(partials: Any, num_ctas: int, width: int) -> Any:
 
 def compiled_for_ci() -> dict[str, Any]:
     """The weight prep and the row pass at the defaults (F=256, H=128, A=3) in both precisions,
-    and the action columns' copy (one for both precisions) at the defaults (one CTA) and at the
-    widest sizes (F = H = 512, A = 16: several CTAs), PTX kept. The weight gradients are gemm's
-    KMajorWeightGrad (TF32) and WeightGrad (fp32); gemm.compiled_for_ci covers them; the column
-    sums are column_sum's."""
+    PTX kept. The weight gradients are gemm's KMajorWeightGrad (TF32) and WeightGrad (fp32);
+    gemm.compiled_for_ci covers them."""
     out = {}
     for p in ("tf32", "fp32"):
         out[f"weight_prep_{p}"] = _compile_weight_prep(256, 128, 3, p, keep=True)
         out[f"row_pass_{p}"] = _compile_row_pass(256, 128, 3, p, Int64, keep=True)
-    out["action_columns"] = _compile_action_columns(256, 128, 3, keep=True)
-    out["action_columns_widest"] = _compile_action_columns(512, 512, 16, keep=True)
     return out

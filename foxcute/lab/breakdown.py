@@ -331,10 +331,9 @@ def step_records(sizes: step.StepSizes = step.StepSizes(), *, seed: int = 0,
     (timing.bench, after timing.check_graph_replay): the way the cute step is meant to run,
     the parts of step.LANES[1] on a second stream; cute_one_stream: the same on one stream.
     naive: plain calls, `naive_reps` of them (a naive step takes seconds). torch_ops: the
-    step through foxcute's PyTorch operators (foxcute.torch.step: on CUDA on the cute step's
-    two lanes) as plain calls; torch_ops_graph: the same captured and replayed;
-    torch_ops_compile: it under torch.compile(fullgraph=True), which runs it on one stream,
-    captured and replayed. The torch peer
+    step through foxcute's PyTorch operators (foxcute.torch.step, one stream) as plain calls;
+    torch_ops_graph: the same captured and replayed; torch_ops_compile: it under
+    torch.compile(fullgraph=True), captured and replayed. The torch peer
     (foxcute.peers.step): torch_compile (torch.compile's default mode) and torch_max_autotune
     (mode "max-autotune-no-cudagraphs"), each compiled by its first calls, then captured in
     one CUDA graph and timed as the cute step is; torch_eager as plain calls (as a PyTorch

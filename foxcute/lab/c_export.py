@@ -112,7 +112,7 @@ def _matches(folder: Path, sizes: StepSizes, precision: str) -> bool:
 
 def export(folder: Path, sizes: StepSizes, precision: str, timeout_s: float = 900) -> None:
     """`foxcute export` into `folder` in a process of its own (it loads the DSL runtime
-    globally and compiles sixteen kernels), unless the folder holds a matching export."""
+    globally and compiles fifteen kernels), unless the folder holds a matching export."""
     if _matches(folder, sizes, precision):
         return
     spec = ",".join(f"{k}={v}" for k, v in dataclasses.asdict(sizes).items())

@@ -3,22 +3,18 @@ PyTorch trainer that calls torch.ops.foxcute.* runs, with the inputs and outputs
 foxcute.step (`step.make_inputs`, copied to torch tensors by `step.to_device`; outputs by
 "layer.name").
 
-`run(inputs)` makes the eight operator calls of the step (Mamba2 forward, curiosity,
-risk head, Q-denoise, the two IQN column sums, KAN backward, Mamba2 backward), so it can be
-timed eagerly (host cost included), captured whole in a CUDA graph, or compiled with
-torch.compile(fullgraph=True): custom ops are opaque to the compiler, which schedules them
-and nothing else. On CUDA, outside torch.compile, it runs on two lanes as the cute step
-(step.kernel_step) does: step.LANES[1] on a side stream forked from torch's current stream
-(in a captured graph, a parallel branch); under torch.compile, and with lanes=False, in
-step.PARTS order on the current stream (fullgraph tracing takes no stream switches). On CPU
-tensors the operators compute the float64 reference (foxcute.torch.ops), on one stream.
+`run(inputs)` calls the eight operator calls of the step (Mamba2 forward, curiosity,
+risk head, Q-denoise, the two IQN column sums, KAN backward, Mamba2 backward) in
+step.PARTS order on the current stream, so it can be timed eagerly (host cost included),
+captured whole in a CUDA graph, or compiled with torch.compile(fullgraph=True): custom ops
+are opaque to the compiler, which schedules them and nothing else. Unlike the cute step
+(step.kernel_step) it runs on one stream: the operators do not fork a side lane. On CPU
+tensors the operators compute the float64 reference (foxcute.torch.ops).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import torch
 
 from .. import curiosity, kan, mamba2, q_denoise, step
 from . import ops
@@ -61,11 +57,7 @@ class OperatorLayers:
         return kan.KanGrads(*ops.kan_backward(k["dy"], k["x"], k["C"], k["Wb"], self.precision))
 
 
-def run(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32", impl: str = "fused",
-        lanes: bool | None = None) -> dict[str, Any]:
+def run(inputs: dict[str, dict[str, Any]], *, precision: str = "tf32", impl: str = "fused") -> dict[str, Any]:
     """One step through the operators on `inputs` (step.make_inputs' arrays as torch tensors,
-    all on one device); every output by "layer.name", as step.run returns them. lanes: two
-    lanes (True) or one stream (False); None: two on CUDA outside torch.compile."""
-    if lanes is None:
-        lanes = inputs["mamba2"]["h"].is_cuda and not torch.compiler.is_compiling()
-    return step.run_through(OperatorLayers(precision, impl), inputs, lanes=lanes)
+    all on one device); every output by "layer.name", as step.run returns them."""
+    return step.run_through(OperatorLayers(precision, impl), inputs)

@@ -37,7 +37,6 @@ w sweep python3 tools/gpu_session/warm.py sweep
 # read the shares, not the times)
 w hostprof python3 -m foxcute.lab.torch_ops --profile all
 w test_c_export python3 -m pytest -q -p no:cacheprovider tests/test_gpu_c_export.py tests/test_gpu_export.py tests/test_gpu_curiosity.py
-w test_operator_step python3 -m pytest -q -p no:cacheprovider tests/test_gpu_step.py -k operator_step
 w test_train python3 -m pytest -q -p no:cacheprovider tests/test_gpu_train.py tests/test_train_ddp.py
 until [ "$(status 03_profiling)" = running ] || ! kill -0 $MAIN 2>/dev/null; do sleep 2; done
 kill -- -$MAIN 2>/dev/null; pkill -9 -f "[i]pykernel_launcher"; sleep 1

@@ -513,9 +513,9 @@ static int cu_weight_grads(const cu_plan_t *p, char *ws, const float *s, float *
 }
 
 /* WeightPrep and the row pass on `stream`; then, as curiosity.forward_backward's side lane,
- * a fork: the column sums of the row pass's partials and ActionColumns, the copy of dW1's
- * action columns out of them, on the current device's lane, beside the weight gradients on
- * `stream`, which waits for the lane at the end. The two branches share nothing they write: the sums read the
+ * a fork: the column sums of the row pass's partials and the copy of dW1's action columns out
+ * of them on the current device's lane, beside the weight gradients on `stream`, which waits
+ * for the lane at the end. The two branches share nothing they write: the sums read the
  * partials and write sum_work, their own tickets (the second ticket run) and sums, then
  * dW1[:, F:]; the weight gradients read hid, dpred, dz and s and write wg_work, the first
  * ticket run, dW2 and dW1[:, :F]. Event record and wait are legal inside a capture (any
@@ -553,8 +553,10 @@ int foxcute_curiosity_forward_backward(const float *s, const int32_t *a, const f
      * unjoined branch and the caller's later work on `stream` still follows the lane's */
     status = cuda_status((cudaError_t)FX_CU_SUMS.launch(ws + p.partials, sums, ws + p.sum_work, sum_tickets,
                                                         p.num_ctas, p.sum_ctas, lane->stream));
-    if (status == FOXCUTE_OK) /* dW1[:, F:] = the action columns' sums [H, A] (sums + FOXCUTE_CURIOSITY_DW1A) */
-        status = cuda_status((cudaError_t)fx_curiosity_action_columns(sums, dW1, lane->stream));
+    if (status == FOXCUTE_OK) /* dW1[:, F:] = the action columns' sums [H, A] */
+        status = cuda_status(cudaMemcpy2DAsync(dW1 + F, (size_t)(F + A) * sizeof(float), sums + FOXCUTE_CURIOSITY_DW1A,
+                                               (size_t)A * sizeof(float), (size_t)A * sizeof(float), (size_t)H,
+                                               cudaMemcpyDeviceToDevice, lane->stream));
     int joined = cuda_status(cudaEventRecord(lane->join, lane->stream));
     if (status == FOXCUTE_OK) status = cu_weight_grads(&p, ws, s, dW1, dW2, B, stream);
     if (joined == FOXCUTE_OK) joined = cuda_status(cudaStreamWaitEvent(stream, lane->join, 0));
