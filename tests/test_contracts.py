@@ -65,3 +65,21 @@ def test_bytes_moved_counts_every_array_once(case):
     read = sum(np.asarray(v).size for v in inputs.values() if isinstance(v, np.ndarray))
     written = sum(np.asarray(o).size for o in outputs)
     assert case.bytes_moved(case.odd_sizes) == 4 * (read + written)
+
+
+def test_record_bytes_finds_each_records_case_and_the_step_sums_its_passes():
+    """A results record's bytes by today's count (README's headline counts a run's floors
+    again with it): its case by layer, pass and variant at the record's sizes; the step's as
+    the sum of the passes it runs (KAN backward, not KAN forward); None where a size is
+    missing or no case matches."""
+    odd = lambda name: next(c for c in (*benchmarks.CASES, *benchmarks.GEMM_CASES) if c.name == name)  # noqa: E731
+    mamba = odd("mamba2.backward")
+    assert benchmarks.record_bytes("mamba2", "backward", mamba.odd_sizes) == mamba.bytes_moved(mamba.odd_sizes)
+    wide = odd("column_sum.forward[N=128]")
+    assert (benchmarks.record_bytes("column_sum", "forward", {**wide.odd_sizes, "variant": "N=128"})
+            == wide.bytes_moved(wide.odd_sizes))
+    assert benchmarks.record_bytes("mamba2", "backward", {"B": 8}) is None
+    assert benchmarks.record_bytes("c_export", "step", {"B": 8}) is None
+    parts = [c for c in benchmarks.CASES if c.name != "kan.forward"]
+    assert len(parts) == len(benchmarks.CASES) - 1
+    assert benchmarks.record_bytes("step", "step", {"B": 64}) == sum(c.bytes_moved(c.scaled(64)) for c in parts)

@@ -330,6 +330,34 @@ def test_the_headline_step_ratio_takes_the_fastest_graph_replayed_torch_record(t
     assert "torch_compile_cudagraphs) is not in this table" in text
 
 
+def test_the_headline_counts_a_floor_again_where_the_runs_count_is_not_todays(tmp_path):
+    # a run that counted Mamba2 backward's bytes with one [B, SH2] array too many: the table,
+    # the ratio and the floor target take today's count, the run's figures named beside them
+    from foxcute.lab import benchmarks, timing
+
+    sizes = {"B": 8192, "K": 8, "SH2": 256, "D": 16}
+    today = timing.floor_us(benchmarks.record_bytes("mamba2", "backward", sizes), 4.0)
+    old = today + timing.floor_us(4 * 8192 * 256, 4.0)
+    records = [{"layer": "mamba2", "pass": "backward", "impl": impl, "params": sizes, "time_us": t, "floor_us": old,
+                "timing": "CUDA graph replay"} for impl, t in (("cute_fused", 2.1 * today), ("cute_seed", 2.95 * old))]
+    records.append({"layer": "kan", "pass": "forward", "impl": "cute", "params": {"B": 8192, "I": 32, "O": 32, "G": 8},
+                    "time_us": 7.0, "floor_us": timing.floor_us(benchmarks.record_bytes(
+                        "kan", "forward", {"B": 8192, "I": 32, "O": 32, "G": 8}), 4.0), "timing": "CUDA graph replay"})
+    targets = [{"target": "mamba2.backward cute_seed / floor <= 3x", "measured": "2.95x", "met": True},
+               {"target": "mamba2.backward cute_fused / floor <= 1.5x", "measured": f"{2.1 * today / old:.3g}x",
+                "met": False},
+               {"target": "kan.forward cute <= 10 us", "measured": "7 us", "met": True}]
+    prov = {"gpu": "NVIDIA H200", "git_commit": "abc123", "copy_bandwidth_TBps": 4.0}
+    (tmp_path / "manifest.json").write_text(json.dumps({"notebooks": [], "provenance": prov}))
+    (tmp_path / "results.json").write_text(json.dumps({"provenance": prov, "records": records, "targets": targets}))
+    text = runner.headline_markdown(tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| mamba2 backward")).split("|")
+    assert row[-5:-3] == [f" {today:.3g} ", " 2.1 "]
+    assert f"mamba2 backward {old:.3g} -> {today:.3g} us." in text and "kan forward" not in text.split("Floors")[1]
+    assert f"| mamba2.backward cute_seed / floor <= 3x | {2.95 * old / today:.3g}x (the run's count: 2.95x) | no |" in text
+    assert "| kan.forward cute <= 10 us | 7 us | yes |" in text and "(1 of 3 met)" in text
+
+
 def test_the_headline_compares_no_torch_record_that_was_not_graph_replayed(tmp_path):
     records = [{"layer": "step", "pass": "step", "impl": i, "params": {}, "time_us": t, "floor_us": 1.0,
                 "timing": "plain calls" if i.startswith("torch") else "CUDA graph replay"}

@@ -186,6 +186,26 @@ GEMM_CASES: tuple[Case, ...] = (_gemm_case("seed projection", "matmul", 32, 256)
                                 _gemm_case("seed read-back", "matmul", 256, 32),
                                 _gemm_case("seed weight gradient", "weight_grad", 256, 32))
 
+def step_bytes(batch: int) -> int:
+    """The step's compulsory bytes at batch `batch`: the sum of its passes' (every case of
+    CASES but KAN forward: the step runs KAN backward only)."""
+    return sum(c.bytes_moved(c.scaled(batch)) for c in CASES if c.name != "kan.forward")
+
+
+def record_bytes(layer: str, pass_: str, params: dict[str, Any]) -> int | None:
+    """Today's count of the bytes a results record's pass must move at its params (the step:
+    "B"; a layer pass: every size of its case; column_sum and gemm records name their case
+    by "variant"); None where no case describes the record (a c_export or startup record)
+    or a size is missing."""
+    if layer == "step":
+        return step_bytes(params["B"]) if "B" in params else None
+    variant = params.get("variant", "")
+    for case in CASES + GEMM_CASES:
+        if (case.layer, case.pass_, case.label) == (layer, pass_, variant):
+            return case.bytes_moved(params) if set(case.sizes) <= set(params) else None
+    return None
+
+
 _MODULES = {"mamba2": mamba2, "q_denoise": q_denoise, "kan": kan, "curiosity": curiosity,
             "risk_budget": risk_budget, "column_sum": reduction}
 
