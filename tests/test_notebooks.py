@@ -23,6 +23,10 @@ def test_the_five_notebooks_exist():
 def test_notebook_source_is_clean(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
+    # nbformat 4.5 wants an id on every cell: reading fills a missing one in (and warns on
+    # every run), so the file itself is what is checked
+    ids = [c.get("id") for c in json.loads(path.read_text())["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), "every cell has its own id"
     assert nb.metadata["kernelspec"]["name"] == "python3"
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code_cells), "outputs committed"
